@@ -1,0 +1,64 @@
+"""What every job shares: strict flag parsing, the usage-error type, versions, the exit-code wrapper."""
+import importlib.metadata
+import logging
+import platform
+import sys
+
+from apache_beam.options import pipeline_options
+from apache_beam.options.pipeline_options import PipelineOptions
+
+__all__ = ["UsageError", "DataError", "parse_options", "versions", "main_wrapper"]
+
+
+class UsageError(Exception):
+  """Bad flags or input: a clear message and exit code 2."""
+  exit_code = 2
+
+
+class DataError(UsageError):
+  """Input data that cannot be accepted (e.g. too many rejected rows): exit code 2."""
+
+
+def parse_options(argv):
+  """PipelineOptions from argv, rejecting flags that no PipelineOptions subclass defines.
+
+  Beam itself only warns about unknown flags and drops them, so a misspelt flag would
+  silently fall back to its default. This parses exactly as Beam's get_all_options does
+  (the direct PipelineOptions subclasses, first of each name) and fails on leftovers.
+  """
+  argv = list(argv)
+  parser = pipeline_options._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
+  subset = {}
+  for cls in PipelineOptions.__subclasses__():
+    subset.setdefault(str(cls), cls)
+  for cls in subset.values():
+    cls._add_argparse_args(parser)  # pylint: disable=protected-access
+  try:
+    _, unknown = parser.parse_known_args(argv)
+  except SystemExit:
+    raise UsageError(f"cannot parse flags: {' '.join(argv)}") from None
+  if unknown:
+    raise UsageError(f"unknown flag(s): {' '.join(unknown)}")
+  return PipelineOptions(argv)
+
+
+def versions():
+  def v(dist):
+    try:
+      return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+      return "not installed"
+  return {"python": platform.python_version(), "beam": v("apache-beam"),
+          "tft": v("tensorflow-transform"), "tf": v("tensorflow"), "pyarrow": v("pyarrow"),
+          "tfx_bsl": v("tfx-bsl"), "skewtrace": v("skewtrace")}
+
+
+def main_wrapper(run):
+  """Calls run(argv); UsageError -> message on stderr and its exit code; never a traceback."""
+  logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+  try:
+    code = run(sys.argv[1:])
+  except UsageError as e:
+    print(f"error: {e}", file=sys.stderr)
+    code = e.exit_code
+  sys.exit(code or 0)

@@ -1,0 +1,216 @@
+"""The dataset folder: input matching, output-dir safety, atomic publish, the manifest."""
+import hashlib
+import json
+import os
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.common import DataError, UsageError
+from transforms import csv_records, fingerprint, schema
+from transforms.write_rejected import REJECTED_PATH
+from transforms.write_shards import FORMATS
+
+__all__ = ["match_inputs", "read_header", "read_text", "describe_file", "check_output_dir",
+           "publish", "remove_tree", "summary", "load_manifest", "MANIFEST", "RESULTS",
+           "SCHEMA_FILE", "MANIFEST_FORMAT"]
+
+MANIFEST, RESULTS, SCHEMA_FILE = "manifest.json", "_results.json", "schema.pbtxt"
+MANIFEST_FORMAT = "skewtrace.dataset/1"
+_OWN_ENTRIES = set(FORMATS) | {"rejected", SCHEMA_FILE}
+_CHUNK = 8 << 20
+
+
+def match_inputs(patterns):
+  """Sorted unique paths matching comma-separated globs; UsageError when nothing matches."""
+  paths = set()
+  for pattern in [p.strip() for p in patterns.split(",") if p.strip()]:
+    try:
+      result = FileSystems.match([pattern])[0]
+    except Exception as e:  # Beam raises BeamIOError for a bad pattern or missing bucket
+      raise UsageError(f"--input {pattern}: {e}") from None
+    paths.update(m.path for m in result.metadata_list if not _is_dir(m.path))
+  if not paths:
+    raise UsageError(f"no input matched {patterns!r}")
+  return sorted(paths)
+
+
+def _is_dir(path):
+  return "://" not in path and os.path.isdir(path)
+
+
+def read_header(path):
+  """The header of a CSV file, or None when the file holds no record at all."""
+  with FileSystems.open(path, compression_type="uncompressed") as f:
+    for block in csv_records.iter_blocks(f, 1 << 16):
+      try:
+        return csv_records.parse_header(block)
+      except csv_records.HeaderError as e:
+        raise UsageError(f"{path}: {e}") from None
+  return None
+
+
+def read_text(path, flag):
+  try:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+      data = f.read()
+  except Exception as e:  # BeamIOError / OSError
+    raise UsageError(f"{flag} {path}: cannot read ({e})") from None
+  return data.decode("utf-8", "replace"), hashlib.sha256(data).hexdigest()
+
+
+def describe_file(path):
+  h, size = hashlib.sha256(), 0
+  with FileSystems.open(path, compression_type="uncompressed") as f:
+    while chunk := f.read(_CHUNK):
+      h.update(chunk)
+      size += len(chunk)
+  return {"path": path, "bytes": size, "sha256": h.hexdigest()}
+
+
+def _join(*parts):
+  return FileSystems.join(*parts)
+
+
+def load_manifest(output_dir):
+  path = _join(output_dir, MANIFEST)
+  if not FileSystems.exists(path):
+    return None
+  with FileSystems.open(path, compression_type="uncompressed") as f:
+    return json.loads(f.read().decode("utf-8"))
+
+
+def _top_entries(output_dir):
+  if not FileSystems.exists(output_dir):
+    return []
+  found = FileSystems.match([_join(output_dir, "*")])[0].metadata_list
+  prefix = output_dir.rstrip("/") + "/"
+  return sorted({m.path[len(prefix):].split("/")[0] for m in found})
+
+
+def check_output_dir(output_dir, inputs, options, overwrite):
+  """Refuses to clobber a folder holding a different dataset or foreign files."""
+  try:
+    manifest = load_manifest(output_dir)
+  except (ValueError, OSError):
+    manifest = {}
+  if manifest is not None:
+    same = manifest.get("inputs") == inputs and manifest.get("options") == options
+    if not same and not overwrite:
+      raise UsageError(f"{output_dir} already holds a different dataset (its inputs or options "
+                       "differ); pass --overwrite to replace it")
+    return
+  foreign = [e for e in _top_entries(output_dir)
+             if e not in _OWN_ENTRIES and not e.startswith(".tmp-")]
+  if foreign and not overwrite:
+    raise UsageError(f"{output_dir} is not empty and holds no skewtrace dataset "
+                     f"({', '.join(foreign[:5])}); pass --overwrite to replace it")
+
+
+def remove_tree(path):
+  if FileSystems.exists(path):
+    FileSystems.delete([path])
+
+
+def _move_tree(src_dir, dst_dir):
+  remove_tree(dst_dir)
+  if not FileSystems.exists(src_dir):
+    return
+  if "://" not in src_dir:
+    os.makedirs(os.path.dirname(dst_dir.rstrip("/")) or ".", exist_ok=True)
+    os.replace(src_dir, dst_dir)
+    return
+  found = [m.path for m in FileSystems.match([_join(src_dir, "**")])[0].metadata_list]
+  FileSystems.rename(found, [dst_dir + p[len(src_dir):] for p in found])
+
+
+def _write_atomically(path, data):
+  tmp = path + ".tmp"
+  with FileSystems.create(tmp) as f:
+    f.write(data)
+  FileSystems.rename([tmp], [path])
+
+
+def _file_entry(root, rel):
+  info = describe_file(_join(root, rel))
+  info["path"] = rel
+  return info
+
+
+def _duplicates(shards, content_key):
+  if content_key:
+    return {"exact_duplicate_rows": sum(s["duplicates"]["exact_duplicate_rows"] for s in shards),
+            "exact_duplicate_keys": sum(s["duplicates"]["exact_duplicate_keys"] for s in shards)}
+  samples = sorted(k for s in shards for k in s["duplicates"]["samples"])[:5]
+  return {"keys": sum(s["duplicates"]["keys"] for s in shards),
+          "rows": sum(s["duplicates"]["rows"] for s in shards),
+          "conflicting_keys": sum(s["duplicates"]["conflicting_keys"] for s in shards),
+          "conflicting_samples": samples}
+
+
+def publish(plan, options, versions):
+  """Moves the run's files from its temp folder into place; writes the manifest last."""
+  out, temp = plan["output_dir"], plan["temp_dir"]
+  with FileSystems.open(_join(temp, RESULTS), compression_type="uncompressed") as f:
+    results = json.loads(f.read().decode("utf-8"))
+  shards = results["shards"]
+  written = sum(s["rows"] for s in shards)
+  read, rejected = results["read"], results["rejected"]
+  if read != written + rejected:
+    raise RuntimeError(f"row accounting broken: read {read} != written {written} + "
+                       f"rejected {rejected}")
+  remove_tree(_join(out, MANIFEST))  # from here on the folder holds no valid dataset
+  _move_tree(_join(temp, "rejected"), _join(out, "rejected"))
+  fraction = rejected / read if read else 0.0
+  if fraction > options["max_rejected_fraction"]:
+    raise DataError(f"{rejected} of {read} rows rejected ({fraction:.2%}), more than "
+                    f"--max_rejected_fraction {options['max_rejected_fraction']}; reasons in "
+                    f"{_join(out, REJECTED_PATH)}; no dataset was written")
+  for fmt in FORMATS:
+    _move_tree(_join(temp, fmt), _join(out, fmt))
+  columns = [tuple(c) for c in results["columns"]]
+  _write_atomically(_join(out, SCHEMA_FILE), schema.to_tfmd_text(columns).encode("utf-8"))
+  content = fingerprint.empty_digest()
+  for s in shards:
+    content = fingerprint.add_digests(content, s["digest"])
+  files = sorted((dict(f, digest=fingerprint.digest_hex(f["digest"]))
+                  for s in shards for f in s["files"]), key=lambda f: f["path"])
+  rows = [s["rows"] for s in shards]
+  manifest = {
+      "format": MANIFEST_FORMAT,
+      "rows": {"read": read, "written": written, "rejected": rejected},
+      "num_shards": plan["num_shards"],
+      "shards": files,
+      "shard_rows": {"min": min(rows), "max": max(rows)},
+      "content_digest": fingerprint.digest_hex(content),
+      "fingerprint": {"spec": fingerprint.SALT.decode("ascii"), "hash": "xxh64", "seed": 0},
+      "schema": dict(plan["schema_info"], columns=[{"name": n, "type": t} for n, t in columns],
+                     file=_file_entry(out, SCHEMA_FILE)),
+      "key_columns": plan["key_columns"],
+      "key": "columns" if plan["key_columns"] else "content",
+      "duplicates": _duplicates(shards, not plan["key_columns"]),
+      "rejected": dict(_file_entry(out, REJECTED_PATH), rows=rejected),
+      "inputs": plan["inputs"],
+      "versions": versions,
+      "options": options,
+  }
+  _write_atomically(_join(out, MANIFEST),
+                    (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+  return manifest
+
+
+def summary(manifest, seconds):
+  rows = manifest["rows"]
+  total = sum(s["bytes"] for s in manifest["shards"])
+  dups = manifest["duplicates"]
+  dup_line = (f"duplicate keys: {dups['keys']} ({dups['conflicting_keys']} with different "
+              f"content)" if "keys" in dups else
+              f"exact duplicate rows: {dups['exact_duplicate_rows']}")
+  return "\n".join([
+      f"rows: read {rows['read']}, written {rows['written']}, rejected {rows['rejected']}",
+      f"shards: {manifest['num_shards']} x {len({s['format'] for s in manifest['shards']})} "
+      f"format(s), rows per shard min {manifest['shard_rows']['min']} max "
+      f"{manifest['shard_rows']['max']}, {total} bytes",
+      dup_line,
+      f"content digest: {manifest['content_digest']}",
+      f"wall time: {seconds:.1f} s",
+  ])

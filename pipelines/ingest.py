@@ -1,0 +1,205 @@
+"""Ingest: headed CSV -> deterministic sharded TFRecord (tf.Example) + Parquet, manifest, dead letters.
+
+DirectRunner:
+  python -m pipelines.ingest --input 'data/chicago_taxi/*.csv' --output_dir out/ingest \
+      --schema data/chicago_taxi/schema.pbtxt --num_shards 4
+Dataflow:
+  python -m pipelines.ingest --input 'gs://B/raw/*.csv' --output_dir gs://B/ingest \
+      --runner DataflowRunner --project P --region R --temp_location gs://B/tmp \
+      --setup_file ./setup.py
+
+The same input and flags give byte-identical shards on every runner and parallelism: rows go
+to shard XXH64(key) mod N and are sorted by (key, fingerprint) inside it. Outputs are written
+under a temporary folder and renamed into place; manifest.json is written last.
+"""
+import json
+import math
+import time
+import uuid
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import common, dataset
+from transforms import csv_records, schema
+from transforms.infer_types import InferTypes
+from transforms.key_rows import KeyRows
+from transforms.read_csv import READ, REJECTED, ReadCsv
+from transforms.type_rows import TypeRows
+from transforms.write_rejected import WriteRejected
+from transforms.write_shards import WriteShards
+
+__all__ = ["IngestOptions", "Ingest", "build_pipeline", "run"]
+
+RESERVED = {"__key__", "__fp__", "__shard__", csv_records.FILE_COLUMN, csv_records.LINE_COLUMN,
+            csv_records.RAW_COLUMN}
+AUTO_SHARD_BYTES = 64 << 20
+
+
+class IngestOptions(PipelineOptions):
+  """Flags of pipelines.ingest."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    parser.add_argument("--input", help="CSV path or glob; several separated by commas.")
+    parser.add_argument("--output_dir", help="Dataset folder to write.")
+    parser.add_argument("--num_shards", type=int, default=0,
+                        help="Shards per format; 0 = one per 64 MiB of input.")
+    parser.add_argument("--formats", default="tfrecord,parquet",
+                        help="Comma-separated output formats: tfrecord, parquet.")
+    parser.add_argument("--key_columns", default="",
+                        help="Comma-separated record key columns; default: content-derived key.")
+    parser.add_argument("--schema", default=None,
+                        help="TFMD schema pbtxt giving column types; default: inferred.")
+    parser.add_argument("--parquet_compression", default="snappy",
+                        choices=["snappy", "zstd", "none"], help="Parquet codec.")
+    parser.add_argument("--max_rejected_fraction", type=float, default=0.01,
+                        help="Fail the run when more than this fraction of rows is rejected.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Replace an output folder that holds a different dataset.")
+    parser.add_argument("--csv_block_bytes", type=int, default=8 << 20,
+                        help="Bytes of CSV parsed per batch (memory per reader).")
+
+
+class Ingest(beam.PTransform):
+  """(file index, path) pairs -> dicts of results in temp_dir (shard infos, counts)."""
+
+  def __init__(self, plan):
+    super().__init__()
+    self._plan = plan
+
+  def expand(self, files):
+    plan = self._plan
+    raw = files | "ReadCsv" >> ReadCsv(plan["names"], plan["block_bytes"])
+    if plan["columns"] is None:
+      columns = (files | "ReadForTypes" >> ReadCsv(plan["names"], plan["block_bytes"])).rows \
+          | "InferTypes" >> InferTypes(plan["names"])
+    else:
+      columns = plan["columns"]
+    typed = raw.rows | "TypeRows" >> TypeRows(columns, plan["paths"], plan["key_columns"])
+    infos = (typed.rows
+             | "KeyRows" >> KeyRows(plan["key_columns"], plan["num_shards"])
+             | "WriteShards" >> WriteShards(plan["temp_dir"], plan["num_shards"], columns,
+                                            plan["formats"], plan["compression"],
+                                            not plan["key_columns"])
+             | "CollectShards" >> beam.combiners.ToList())
+    rejected = ((raw[REJECTED], typed[REJECTED]) | "MergeRejected" >> beam.Flatten()
+                | "WriteRejected" >> WriteRejected(plan["temp_dir"])
+                | "SumRejected" >> beam.CombineGlobally(sum))
+    read = raw[READ] | "SumRead" >> beam.CombineGlobally(sum)
+    if not isinstance(columns, beam.pvalue.PCollection):
+      columns = files.pipeline | "Columns" >> beam.Create([columns])
+    return (files.pipeline
+            | "Results" >> beam.Create([plan["temp_dir"]])
+            | "WriteResults" >> beam.Map(
+                _write_results, infos=beam.pvalue.AsSingleton(infos),
+                read=beam.pvalue.AsSingleton(read), rejected=beam.pvalue.AsSingleton(rejected),
+                columns=beam.pvalue.AsSingleton(columns)))
+
+
+def _write_results(temp_dir, infos, read, rejected, columns):
+  results = {"shards": sorted(infos, key=lambda i: i["shard"]), "read": read,
+             "rejected": rejected, "columns": [list(c) for c in columns]}
+  with FileSystems.create(FileSystems.join(temp_dir, dataset.RESULTS)) as f:
+    f.write(json.dumps(results, sort_keys=True).encode("utf-8"))
+  return temp_dir
+
+
+def _plan(opts):
+  """Checks flags and inputs before anything is written; the plan the pipeline is built from."""
+  if not opts.input:
+    raise common.UsageError("--input is required")
+  if not opts.output_dir:
+    raise common.UsageError("--output_dir is required")
+  formats = [f.strip() for f in opts.formats.split(",") if f.strip()]
+  bad = [f for f in formats if f not in ("tfrecord", "parquet")]
+  if bad or not formats or len(set(formats)) != len(formats):
+    raise common.UsageError(f"--formats must list tfrecord and/or parquet, got {opts.formats!r}")
+  if not 0 <= opts.max_rejected_fraction <= 1:
+    raise common.UsageError("--max_rejected_fraction must be within [0, 1]")
+  if opts.num_shards < 0:
+    raise common.UsageError("--num_shards must be >= 0")
+  if opts.csv_block_bytes < 1024:
+    raise common.UsageError("--csv_block_bytes must be >= 1024")
+  paths = dataset.match_inputs(opts.input)
+  names, headers = None, {}
+  for path in paths:
+    headers[path] = dataset.read_header(path)
+  with_header = [p for p in paths if headers[p] is not None]
+  if not with_header:
+    raise common.UsageError(f"no header: no input file has a header row ({', '.join(paths)})")
+  names = headers[with_header[0]]
+  for path in with_header:
+    if headers[path] != names:
+      raise common.UsageError(f"{path}: header {headers[path]} differs from {with_header[0]}: "
+                              f"{names}")
+  reserved = sorted(RESERVED.intersection(names))
+  if reserved:
+    raise common.UsageError(f"column name(s) reserved by skewtrace: {', '.join(reserved)}")
+  key_columns = [c.strip() for c in opts.key_columns.split(",") if c.strip()]
+  unknown = [c for c in key_columns if c not in names]
+  if unknown:
+    raise common.UsageError(f"--key_columns not in the CSV header: {', '.join(unknown)}")
+  columns, schema_info = None, {"source": "inferred"}
+  if opts.schema:
+    text, digest = dataset.read_text(opts.schema, "--schema")
+    try:
+      types = schema.load_tfmd(text)
+    except schema.SchemaError as e:
+      raise common.UsageError(f"--schema {opts.schema}: {e}") from None
+    lacking = [n for n in types if n not in names]
+    if lacking:
+      raise common.UsageError(f"--schema names column(s) the CSV lacks: {', '.join(lacking)}")
+    columns = [(n, types.get(n, schema.BYTES)) for n in names]
+    schema_info = {"source": "file", "path": opts.schema, "sha256": digest}
+  inputs = [dataset.describe_file(p) for p in paths]
+  num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
+                                                   / AUTO_SHARD_BYTES))
+  return {"paths": paths, "names": names, "columns": columns, "schema_info": schema_info,
+          "key_columns": key_columns, "formats": formats, "num_shards": num_shards,
+          "compression": None if opts.parquet_compression == "none" else
+          opts.parquet_compression, "block_bytes": opts.csv_block_bytes, "inputs": inputs,
+          "output_dir": opts.output_dir}
+
+
+def _recorded_options(opts, plan):
+  """The flags that define the dataset (not runner flags), as recorded in the manifest."""
+  return {"input": opts.input, "num_shards": plan["num_shards"], "formats": plan["formats"],
+          "key_columns": plan["key_columns"], "schema": opts.schema,
+          "parquet_compression": opts.parquet_compression,
+          "max_rejected_fraction": opts.max_rejected_fraction}
+
+
+def build_pipeline(plan, options):
+  """The un-run ingest Pipeline for a plan (see _plan)."""
+  p = beam.Pipeline(options=options)
+  _ = (p
+       | "Files" >> beam.Create(list(enumerate(plan["paths"])))
+       | "Distribute" >> beam.Reshuffle()
+       | "Ingest" >> Ingest(plan))
+  return p
+
+
+def run(argv=None, save_main_session=True):
+  """Runs ingest; returns the exit code (0 done). Raises UsageError for bad flags or input."""
+  started = time.monotonic()
+  options = common.parse_options(argv or [])
+  opts = options.view_as(IngestOptions)
+  options.view_as(beam.options.pipeline_options.SetupOptions).save_main_session = \
+      save_main_session
+  plan = _plan(opts)
+  recorded = _recorded_options(opts, plan)
+  dataset.check_output_dir(plan["output_dir"], plan["inputs"], recorded, opts.overwrite)
+  plan["temp_dir"] = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
+  try:
+    build_pipeline(plan, options).run().wait_until_finish()
+    manifest = dataset.publish(plan, recorded, common.versions())
+  finally:
+    dataset.remove_tree(plan["temp_dir"])
+  print(dataset.summary(manifest, time.monotonic() - started))
+  return 0
+
+
+if __name__ == "__main__":
+  common.main_wrapper(run)

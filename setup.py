@@ -1,0 +1,40 @@
+"""skewtrace: find where offline (training) and production (serving) features part ways.
+
+This file is also what Beam stages with --setup_file on Dataflow, so it lists the
+runtime dependencies with exact pins: the same versions on the launcher and on workers
+keep fingerprints and shard bytes identical.
+"""
+import setuptools
+
+REQUIRED = [
+    "apache-beam[gcp]==2.77.0",
+    "tensorflow==2.21.0",
+    "tensorflow-transform==1.21.0",
+    "tfx-bsl==1.21.0",
+    "tensorflow-metadata==1.21.0",
+    "pyarrow==25.0.1",
+    "numpy==2.4.6",
+    "xxhash==4.1.0",
+    "google-crc32c==1.9.0",
+    "jsonschema==4.26.0",
+    "PyYAML==6.0.3",
+]
+
+TEST = [
+    "pytest==9.2.0",
+    "hypothesis==6.170.15",
+    "psutil==7.2.2",
+    "pandas==3.1.1",
+]
+
+setuptools.setup(
+    name="skewtrace",
+    version="0.1.0",
+    description="Stage-by-stage fingerprints and diffs of offline vs production ML features.",
+    packages=setuptools.find_packages(include=["transforms", "transforms.*", "pipelines",
+                                               "pipelines.*", "replay", "replay.*"]),
+    package_data={"": ["*.json"]},
+    python_requires=">=3.11,<3.12",
+    install_requires=REQUIRED,
+    extras_require={"test": TEST},
+)

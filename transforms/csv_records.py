@@ -1,0 +1,234 @@
+"""Splits a CSV byte stream into records and fields with numpy and pyarrow, keeping provenance.
+
+A record ends at a newline outside double quotes (quote parity, RFC 4180), so quoted fields
+may hold newlines and doubled quotes. Each record keeps its 1-based physical start line and
+its raw bytes, so a row rejected at any later step can be reported exactly as it was read.
+Blank lines are not records. A record is rejected here, with its reason, when its quoting is
+malformed, its bytes are not UTF-8, or its field count differs from the header's; the rest
+are parsed by pyarrow's CSV reader into binary columns (empty and "" cells are null).
+"""
+import csv
+import dataclasses
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+__all__ = ["RecordBlock", "iter_blocks", "parse_header", "parse_block", "without_first",
+           "HeaderError"]
+
+BOM = b"\xef\xbb\xbf"
+_NL, _CR, _QUOTE, _COMMA = ord("\n"), ord("\r"), ord('"'), ord(",")
+LINE_COLUMN, RAW_COLUMN, FILE_COLUMN = "__line__", "__raw__", "__file__"
+
+
+class HeaderError(ValueError):
+  """The file's header is missing or unusable."""
+
+
+@dataclasses.dataclass
+class RecordBlock:
+  """Complete records from one file: buf[starts[i]:ends[i]] is record i (terminator excluded)."""
+  buf: np.ndarray        # uint8
+  starts: np.ndarray     # int64
+  ends: np.ndarray       # int64
+  lines: np.ndarray      # int64, 1-based physical line where each record starts
+  unterminated: bool = False  # the last record hit end of file inside quotes
+
+
+def _split(buf, line_base, final):
+  """Record boundaries in buf (records start outside quotes). Returns (block, consumed, lines)."""
+  arr = np.frombuffer(buf, dtype=np.uint8)
+  nl = np.flatnonzero(arr == _NL)
+  quotes = np.flatnonzero(arr == _QUOTE)
+  # Quotes before each newline; even -> the newline ends a record.
+  parity = np.searchsorted(quotes, nl) & 1
+  ends = nl[parity == 0]
+  starts = np.concatenate(([0], ends + 1)).astype(np.int64)
+  consumed = int(starts[-1])
+  unterminated = False
+  if final and consumed < len(arr):
+    ends = np.concatenate((ends, [len(arr)]))
+    unterminated = bool(len(quotes) - np.searchsorted(quotes, consumed)) and \
+        (len(quotes) - np.searchsorted(quotes, consumed)) % 2 == 1
+    consumed = len(arr)
+  else:
+    starts = starts[:-1]
+  lines = line_base + np.searchsorted(nl, starts)
+  rec_ends = ends.astype(np.int64).copy()
+  # Drop the \r of a CRLF terminator.
+  has_cr = (rec_ends > starts) & (arr[np.maximum(rec_ends - 1, 0)] == _CR) & \
+      (rec_ends < len(arr))
+  rec_ends[has_cr] -= 1
+  if final and unterminated is False and len(rec_ends) and rec_ends[-1] == len(arr) \
+      and rec_ends[-1] > starts[-1] and arr[-1] == _CR:
+    rec_ends[-1] -= 1
+  lines_used = line_base + int(np.count_nonzero(nl < consumed))
+  keep = rec_ends > starts  # blank lines are not records
+  block = RecordBlock(arr, starts[keep], rec_ends[keep], lines[keep].astype(np.int64),
+                      unterminated)
+  return block, consumed, lines_used
+
+
+def iter_blocks(f, block_bytes=8 << 20):
+  """Yields RecordBlocks of whole records read from binary file object f, header included.
+
+  Memory is bounded by block_bytes plus the longest record.
+  """
+  carry = b""
+  line_base = 1
+  first = True
+  while True:
+    chunk = f.read(block_bytes)
+    final = not chunk
+    buf = carry + chunk
+    if first and buf.startswith(BOM):
+      buf = buf[len(BOM):]
+    if first and (len(buf) >= len(BOM) or final):
+      first = False
+    if not buf:
+      return
+    block, consumed, line_base_next = _split(buf, line_base, final)
+    if len(block.starts):
+      yield block
+    carry = buf[consumed:]
+    line_base = line_base_next
+    if final:
+      return
+
+
+def without_first(block):
+  """The block minus its first record (the header)."""
+  return dataclasses.replace(block, starts=block.starts[1:], ends=block.ends[1:],
+                             lines=block.lines[1:])
+
+
+def parse_header(block):
+  """Column names from a block's first record; raises HeaderError if unusable."""
+  if not len(block.starts):
+    raise HeaderError("no header")
+  raw = block.buf[block.starts[0]:block.ends[0]].tobytes()
+  try:
+    text = raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise HeaderError(f"header is not UTF-8 ({e.reason} at byte {e.start})") from None
+  names = next(csv.reader(io.StringIO(text)))
+  empty = [i + 1 for i, n in enumerate(names) if not n.strip()]
+  if empty:
+    raise HeaderError(f"empty header name in column(s) {empty}")
+  seen, dups = set(), []
+  for n in names:
+    if n in seen and n not in dups:
+      dups.append(n)
+    seen.add(n)
+  if dups:
+    raise HeaderError(f"duplicate header name(s): {', '.join(dups)}")
+  return names
+
+
+def _quote_errors(arr, starts, ends):
+  """Per record: True if its quoting is malformed.
+
+  Records start outside quotes, so a quote's index among all quotes of the buffer says
+  whether it opens (even) or closes (odd) a quoted run. An opening quote must start a field
+  or directly follow a closing one (a doubled quote); a closing quote must end the field or
+  directly precede an opening one.
+  """
+  bad = np.zeros(len(starts), dtype=bool)
+  quotes = np.flatnonzero(arr == _QUOTE)
+  if not len(quotes) or not len(starts):
+    return bad
+  rec = np.searchsorted(starts, quotes, side="right") - 1
+  opening = np.arange(len(quotes)) % 2 == 0
+  prev = arr[np.maximum(quotes - 1, 0)]
+  nxt = arr[np.minimum(quotes + 1, len(arr) - 1)]
+  rec_ok = rec >= 0
+  rec_c = np.maximum(rec, 0)
+  at_start = quotes == starts[rec_c]
+  at_end = quotes + 1 >= ends[rec_c]
+  after_close = np.zeros(len(quotes), dtype=bool)
+  after_close[1:] = ~opening[:-1] & (np.diff(quotes) == 1)
+  before_open = np.zeros(len(quotes), dtype=bool)
+  before_open[:-1] = opening[1:] & (np.diff(quotes) == 1)
+  open_ok = at_start | (prev == _COMMA) | after_close
+  close_ok = at_end | (nxt == _COMMA) | before_open
+  wrong = rec_ok & (quotes < ends[rec_c]) & np.where(opening, ~open_ok, ~close_ok)
+  bad[rec[wrong]] = True
+  return bad
+
+
+def _field_counts(arr, starts, ends):
+  """Fields per record: commas outside quotes (an even number of quotes before them) + 1."""
+  commas = np.flatnonzero(arr == _COMMA)
+  quotes = np.flatnonzero(arr == _QUOTE)
+  commas = commas[np.searchsorted(quotes, commas) % 2 == 0]
+  return np.searchsorted(commas, ends) - np.searchsorted(commas, starts) + 1
+
+
+def parse_block(block, names, file_index):
+  """Parses a RecordBlock's records into a RecordBatch of binary columns + provenance columns.
+
+  Returns (batch, rejected) where rejected is a list of (line, raw bytes, reason) and batch has
+  the header's columns (binary, null for empty cells) plus __file__, __line__ and __raw__.
+  """
+  arr, starts, ends = block.buf, block.starts, block.ends
+  n = len(starts)
+  reasons = np.full(n, None, dtype=object)
+  if block.unterminated:
+    reasons[n - 1] = "unterminated quoted field at end of file"
+  quote_bad = _quote_errors(arr, starts, ends)
+  reasons[(reasons == None) & quote_bad] = "malformed quoting"  # noqa: E711
+  counts = _field_counts(arr, starts, ends)
+  ragged = np.flatnonzero((counts != len(names)) & (reasons == None))  # noqa: E711
+  for i in ragged:
+    reasons[i] = f"expected {len(names)} fields, found {counts[i]}"
+  try:
+    if n:
+      arr[starts[0]:ends[-1]].tobytes().decode("utf-8")
+  except UnicodeDecodeError:
+    for i in np.flatnonzero(reasons == None):  # noqa: E711 -- only in a block with bad bytes
+      try:
+        arr[starts[i]:ends[i]].tobytes().decode("utf-8")
+      except UnicodeDecodeError as e:
+        reasons[i] = f"invalid UTF-8 ({e.reason} at byte {e.start} of the record)"
+  good = np.flatnonzero(reasons == None)  # noqa: E711
+  rejected = [(int(block.lines[i]), arr[starts[i]:ends[i]].tobytes(), reasons[i])
+              for i in np.flatnonzero(reasons != None)]  # noqa: E711
+  batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index)
+  return batch, rejected
+
+
+def _to_batch(arr, starts, ends, lines, names, file_index):
+  n = len(starts)
+  lengths = ends - starts
+  # The good records, each followed by '\n', contiguous: one pyarrow parse for the block.
+  out_starts = np.zeros(n + 1, dtype=np.int64)
+  np.cumsum(lengths + 1, out=out_starts[1:])
+  total = int(out_starts[-1])
+  within = np.arange(total, dtype=np.int64) - np.repeat(out_starts[:-1], lengths + 1)
+  is_data = within < np.repeat(lengths, lengths + 1)
+  text = np.full(total, _NL, dtype=np.uint8)
+  raw_bytes = arr[(np.repeat(starts, lengths + 1) + within)[is_data]]
+  text[is_data] = raw_bytes
+  if n:
+    table = pacsv.read_csv(
+        pa.py_buffer(text),
+        read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
+                                       block_size=max(1 << 20, total + 1)),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
+        convert_options=pacsv.ConvertOptions(column_types={c: pa.binary() for c in names},
+                                             null_values=[""], strings_can_be_null=True,
+                                             quoted_strings_can_be_null=True))
+    if table.num_rows != n:
+      raise AssertionError(f"CSV reader returned {table.num_rows} rows for {n} records")
+    columns = {c: table.column(c).combine_chunks() for c in names}
+  else:
+    columns = {c: pa.array([], pa.binary()) for c in names}
+  raw_offsets = np.zeros(n + 1, dtype=np.int64)
+  np.cumsum(lengths, out=raw_offsets[1:])
+  columns[FILE_COLUMN] = pa.array(np.full(n, file_index, dtype=np.int32))
+  columns[LINE_COLUMN] = pa.array(np.asarray(lines, dtype=np.int64))
+  columns[RAW_COLUMN] = pa.Array.from_buffers(
+      pa.large_binary(), n, [None, pa.py_buffer(raw_offsets), pa.py_buffer(raw_bytes)])
+  return pa.record_batch(list(columns.values()), names=list(columns))

@@ -1,0 +1,136 @@
+"""Column types: TFMD schema I/O, deterministic inference, and typing of binary CSV columns.
+
+A dataset's schema is an ordered list of (name, type) with type INT (int64), FLOAT (float64)
+or BYTES (UTF-8 text). It comes from a TFMD schema pbtxt when given, otherwise it is inferred
+over the whole input: INT if every present value parses as int64, else FLOAT if every present
+value parses as float64, else BYTES (also for a column with no present value). Parsing is
+pyarrow's cast from text, so inference and typing accept exactly the same literals.
+"""
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+__all__ = ["INT", "FLOAT", "BYTES", "ARROW_TYPES", "load_tfmd", "to_tfmd", "to_tfmd_text",
+           "type_column", "type_flags", "merge_flags", "infer_types", "SchemaError"]
+
+INT, FLOAT, BYTES = "INT", "FLOAT", "BYTES"
+ARROW_TYPES = {INT: pa.int64(), FLOAT: pa.float64(), BYTES: pa.string()}
+_TFMD_TYPES = {schema_pb2.INT: INT, schema_pb2.FLOAT: FLOAT, schema_pb2.BYTES: BYTES}
+
+
+class SchemaError(ValueError):
+  """A schema file that cannot be used."""
+
+
+def load_tfmd(text):
+  """{name: type} from TFMD schema text (features of type INT, FLOAT or BYTES)."""
+  schema = schema_pb2.Schema()
+  try:
+    text_format.Parse(text, schema)
+  except text_format.ParseError as e:
+    raise SchemaError(f"not a TFMD schema: {e}") from None
+  types = {}
+  for feature in schema.feature:
+    if feature.type not in _TFMD_TYPES:
+      raise SchemaError(f"feature {feature.name!r} has unsupported type "
+                        f"{schema_pb2.FeatureType.Name(feature.type)}")
+    types[feature.name] = _TFMD_TYPES[feature.type]
+  if not types:
+    raise SchemaError("schema has no features")
+  return types
+
+
+def to_tfmd(columns):
+  """A TFMD Schema for [(name, type)]: one value per feature, as the CSV has."""
+  schema = schema_pb2.Schema()
+  inverse = {v: k for k, v in _TFMD_TYPES.items()}
+  for name, typ in columns:
+    feature = schema.feature.add(name=name, type=inverse[typ])
+    feature.value_count.min = 1
+    feature.value_count.max = 1
+  return schema
+
+
+def to_tfmd_text(columns):
+  return text_format.MessageToString(to_tfmd(columns))
+
+
+def _bad_positions(arr, target):
+  """Indices of arr's non-null values that do not cast to target (bisection over slices:
+  whole-array casts, so a clean array costs one cast)."""
+  try:
+    arr.cast(target)
+    return []
+  except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    if len(arr) == 1:
+      return [0]
+  mid = len(arr) // 2
+  return _bad_positions(arr.slice(0, mid), target) + \
+      [mid + i for i in _bad_positions(arr.slice(mid), target)]
+
+
+def type_column(binary, typ):
+  """Casts a binary (UTF-8 validated) column to typ. Returns (typed array, bad row indices).
+
+  Bad rows become null in the typed array; the caller rejects them.
+  """
+  text = binary.view(pa.string()) if pa.types.is_binary(binary.type) else \
+      binary.cast(pa.string())
+  if typ == BYTES:
+    return text, np.zeros(0, dtype=np.int64)
+  target = ARROW_TYPES[typ]
+  bad = np.asarray(_bad_positions(text, target), dtype=np.int64)
+  if len(bad):
+    mask = np.zeros(len(text), dtype=bool)
+    mask[bad] = True
+    text = pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), text)
+  return text.cast(target), bad
+
+
+def _casts(text, target):
+  try:
+    text.cast(target)
+    return True
+  except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    return False
+
+
+def type_flags(batch, names):
+  """Per column: [has a present value, all present values parse as INT, ... as FLOAT].
+
+  Flags of several batches combine with merge_flags (or / and / and).
+  """
+  out = {}
+  for name in names:
+    col = batch.column(name)
+    text = col.drop_null().view(pa.string())
+    is_int = _casts(text, pa.int64())
+    out[name] = [len(text) > 0, is_int, is_int or _casts(text, pa.float64())]
+  return out
+
+
+def merge_flags(a, b):
+  out = dict(a)
+  for name, (present, ints, floats) in b.items():
+    if name in out:
+      p0, i0, f0 = out[name]
+      out[name] = [p0 or present, i0 and ints, f0 and floats]
+    else:
+      out[name] = [present, ints, floats]
+  return out
+
+
+def infer_types(flags, names):
+  """[(name, type)] in header order from merged type_flags."""
+  columns = []
+  for name in names:
+    present, ints, floats = flags.get(name, [False, True, True])
+    if present and ints:
+      columns.append((name, INT))
+    elif present and floats:
+      columns.append((name, FLOAT))
+    else:
+      columns.append((name, BYTES))
+  return columns

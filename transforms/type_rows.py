@@ -1,0 +1,85 @@
+"""TypeRows: binary CSV batches -> typed batches (int64 / float64 / string), rejecting misfits."""
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+
+from transforms import csv_records, schema
+from transforms.read_csv import REJECTED, rejected_row
+
+__all__ = ["TypeRows", "type_batch"]
+
+
+def type_batch(batch, columns, paths, required=()):
+  """Types `batch` per columns [(name, type)]. Returns (typed batch, rejected dicts).
+
+  The typed batch keeps only rows whose every value fits its type and whose `required`
+  columns are present, with the data columns in `columns` order; provenance is dropped.
+  """
+  n = batch.num_rows
+  typed, bad_by_column = [], []
+  for name, typ in columns:
+    arr, bad = schema.type_column(batch.column(name), typ)
+    typed.append(arr)
+    bad_by_column.append((name, typ, bad))
+  for name in required:
+    missing = np.flatnonzero(batch.column(name).is_null().to_numpy(zero_copy_only=False))
+    bad_by_column.append((name, None, missing))
+  bad_rows = np.zeros(n, dtype=bool)
+  for _, _, bad in bad_by_column:
+    bad_rows[bad] = True
+  rejected = []
+  if bad_rows.any():
+    lines = batch.column(csv_records.LINE_COLUMN).to_numpy()
+    files = batch.column(csv_records.FILE_COLUMN).to_numpy()
+    raw = batch.column(csv_records.RAW_COLUMN)
+    reasons = {}
+    for name, typ, bad in bad_by_column:  # per-row work only for rejected rows
+      col = batch.column(name)
+      for i in bad:
+        reasons.setdefault(int(i), []).append(
+            f"key column {name!r} is missing" if typ is None else
+            f"column {name!r}: {col[int(i)].as_py().decode('utf-8')!r} is not {typ}")
+    for i in sorted(reasons):
+      rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py(),
+                                   "; ".join(reasons[i])))
+  keep = pa.array(~bad_rows)
+  out = pa.RecordBatch.from_arrays(typed, names=[name for name, _ in columns])
+  return (out.filter(keep) if bad_rows.any() else out), rejected
+
+
+class _TypeFn(beam.DoFn):
+
+  def __init__(self, paths, required):
+    self._paths = list(paths)
+    self._required = list(required)
+    self._rejected = beam.metrics.Metrics.counter("skewtrace.ingest", "rows_rejected_typing")
+
+  def process(self, element, columns):
+    batch_id, batch = element
+    typed, rejected = type_batch(batch, columns, self._paths, self._required)
+    self._rejected.inc(len(rejected))
+    for row in rejected:
+      yield beam.pvalue.TaggedOutput(REJECTED, row)
+    if typed.num_rows:
+      yield batch_id, typed
+
+
+class TypeRows(beam.PTransform):
+  """(id, binary batch) -> (id, typed batch); REJECTED rows tagged.
+
+  `columns` is [(name, type)] or a singleton PCollection of it (inferred types); rows
+  missing a `required` (key) column are rejected.
+  """
+
+  def __init__(self, columns, paths, required=()):
+    super().__init__()
+    self._columns = columns
+    self._paths = paths
+    self._required = required
+
+  def expand(self, batches):
+    columns = self._columns
+    if isinstance(columns, beam.pvalue.PCollection):
+      columns = beam.pvalue.AsSingleton(columns)
+    return batches | "Cast" >> beam.ParDo(_TypeFn(self._paths, self._required), columns).with_outputs(
+        REJECTED, main="rows")
