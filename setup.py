@@ -16,6 +16,7 @@ REQUIRED = [
     "numpy==2.4.6",
     "xxhash==4.1.0",
     "google-crc32c==1.9.0",
+    "numba==0.68.1",
     "jsonschema==4.26.0",
     "PyYAML==6.0.3",
 ]

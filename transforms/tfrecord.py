@@ -1,20 +1,19 @@
-"""tf.Example shards: Arrow table -> serialized tf.train.Example (tfx_bsl) -> TFRecord framing, and back.
+"""tf.Example shards: Arrow table -> deterministic tf.train.Example TFRecord bytes, and back.
 
 tf.Example holds int64, float32 and bytes lists only, so FLOAT (float64) columns are written
 as float32 (rounded to nearest); Parquet keeps them exact. Each CSV value becomes a
 one-element list; a missing value is a feature with no value (decoded as null).
 """
-import itertools
 import struct
 
 import google_crc32c
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from tfx_bsl.coders import example_coder
 
-__all__ = ["encode_examples", "frame_records", "read_records", "decode_examples",
-           "TFRecordError"]
+__all__ = ["encode_tfrecord", "read_records", "decode_examples", "TFRecordError"]
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -29,41 +28,185 @@ def _masked_crc(values):
           & np.uint64(0xFFFFFFFF)).astype("<u4")
 
 
-def _as_example_column(arr):
-  """A flat column as the one-value list column tf.Example encoding needs."""
-  if pa.types.is_floating(arr.type):
-    arr = arr.cast(pa.float32())
-  elif pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-    arr = arr.cast(pa.binary())
-  n = len(arr)
-  offsets = pa.array(np.arange(n + 1, dtype=np.int32))
-  return pa.ListArray.from_arrays(offsets, arr, mask=arr.is_null())
+def _crc_table():
+  table = np.zeros(256, dtype=np.uint32)
+  for i in range(256):
+    c = i
+    for _ in range(8):
+      c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    table[i] = c
+  return table
 
 
-def encode_examples(table):
-  """Serialized tf.train.Example bytes, one per row of a table of flat columns."""
-  batch = pa.RecordBatch.from_arrays(
-      [_as_example_column(table.column(i).combine_chunks()) for i in range(table.num_columns)],
-      names=table.schema.names)
-  return example_coder.RecordBatchToExamplesEncoder().encode(batch)
+_CRC_TABLE = _crc_table()
+KIND_INT, KIND_FLOAT, KIND_BYTES = 0, 1, 2
 
 
-def frame_records(records):
-  """TFRecord file bytes for a list of record bytes (length, masked CRC32C of it, data, masked
-  CRC32C of data). The per-record CRC calls run inside C iterators, not Python loops."""
-  n = len(records)
-  if not n:
-    return b""
-  lengths = np.fromiter(map(len, records), dtype="<u8", count=n)
-  data_crc = np.fromiter(map(google_crc32c.value, records), dtype=np.uint64, count=n)
-  unique, inverse = np.unique(lengths, return_inverse=True)
-  length_crc = np.array([google_crc32c.value(u.tobytes()) for u in unique], dtype=np.uint64)
-  header = np.empty(n, dtype=[("len", "<u8"), ("crc", "<u4")])
-  header["len"] = lengths
-  header["crc"] = _masked_crc(length_crc)[inverse]
-  heads = header.view("V12").tolist()
-  tails = _masked_crc(data_crc).view("V4").tolist()
-  return b"".join(itertools.chain.from_iterable(zip(heads, records, tails)))
+@numba.njit(inline="always")
+def _varint_len(v):
+  n = 1
+  while v >= 128:
+    v >>= np.uint64(7)
+    n += 1
+  return n
+
+
+@numba.njit(inline="always")
+def _put_varint(out, pos, v):
+  while v >= 128:
+    out[pos] = np.uint8((v & np.uint64(127)) | np.uint64(128))
+    v >>= np.uint64(7)
+    pos += 1
+  out[pos] = np.uint8(v)
+  return pos + 1
+
+
+@numba.njit(inline="always")
+def _crc32c_masked(buf, lo, hi, table):
+  c = np.uint32(0xFFFFFFFF)
+  for p in range(lo, hi):
+    c = table[(c ^ buf[p]) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+  c = c ^ np.uint32(0xFFFFFFFF)
+  return ((c >> np.uint32(15)) | (c << np.uint32(17))) + np.uint32(_MASK_DELTA)
+
+
+@numba.njit(inline="always")
+def _feature_len(kind, ival, blen):
+  """Bytes of one Feature message holding a single value."""
+  if kind == 0:
+    inner = 1 + 1 + _varint_len(np.uint64(ival))  # Int64List: 0x0A len varint (packed)
+  elif kind == 1:
+    inner = 1 + 1 + 4  # FloatList: 0x0A 0x04 f32
+  else:
+    inner = 1 + _varint_len(np.uint64(blen)) + blen  # BytesList: 0x0A len bytes
+  return 1 + _varint_len(np.uint64(inner)) + inner, inner
+
+
+@numba.njit(cache=True)
+def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table):
+  """TFRecord bytes of deterministic tf.Examples: features sorted by name, nulls omitted.
+
+  valid/ivals/fbits are [row, feature]; bstart is [row + 1, feature] offsets into bdata.
+  """
+  n, nf = valid.shape
+  sizes = np.zeros(n, dtype=np.int64)
+  for i in range(n):
+    feats = 0
+    for f in range(nf):
+      if valid[i, f]:
+        klen = name_starts[f + 1] - name_starts[f]
+        flen, _ = _feature_len(kinds[f], ivals[i, f], bstart[i + 1, f] - bstart[i, f])
+        entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
+        feats += 1 + _varint_len(np.uint64(entry)) + entry
+    sizes[i] = 1 + _varint_len(np.uint64(feats)) + feats
+  total = 0
+  for i in range(n):
+    total += sizes[i] + 16
+  out = np.empty(total, dtype=np.uint8)
+  pos = 0
+  for i in range(n):
+    size = sizes[i]
+    for q in range(8):
+      out[pos + q] = np.uint8((size >> (8 * q)) & 0xFF)
+    c = _crc32c_masked(out, pos, pos + 8, table)
+    for q in range(4):
+      out[pos + 8 + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
+    start = pos + 12
+    p = start
+    feats = size - 1 - _varint_len(np.uint64(size - 1))
+    # Example.features (field 1) -> Features.feature map entries (field 1).
+    out[p] = 0x0A
+    p = _put_varint(out, p + 1, np.uint64(feats))
+    for f in range(nf):
+      if not valid[i, f]:
+        continue
+      k0 = name_starts[f]
+      klen = name_starts[f + 1] - k0
+      b0 = bstart[i, f]
+      blen = bstart[i + 1, f] - b0
+      flen, inner = _feature_len(kinds[f], ivals[i, f], blen)
+      entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
+      out[p] = 0x0A
+      p = _put_varint(out, p + 1, np.uint64(entry))
+      out[p] = 0x0A  # key
+      p = _put_varint(out, p + 1, np.uint64(klen))
+      for q in range(klen):
+        out[p + q] = names[k0 + q]
+      p += klen
+      out[p] = 0x12  # value: Feature
+      p = _put_varint(out, p + 1, np.uint64(flen))
+      if kinds[f] == 0:
+        out[p] = 0x1A  # int64_list
+        p = _put_varint(out, p + 1, np.uint64(inner))
+        out[p] = 0x0A
+        p = _put_varint(out, p + 1, np.uint64(_varint_len(np.uint64(ivals[i, f]))))
+        p = _put_varint(out, p, np.uint64(ivals[i, f]))
+      elif kinds[f] == 1:
+        out[p] = 0x12  # float_list
+        out[p + 1] = 6
+        out[p + 2] = 0x0A
+        out[p + 3] = 4
+        bits = fbits[i, f]
+        for q in range(4):
+          out[p + 4 + q] = np.uint8((bits >> np.uint32(8 * q)) & np.uint32(0xFF))
+        p += 8
+      else:
+        out[p] = 0x0A  # bytes_list
+        p = _put_varint(out, p + 1, np.uint64(inner))
+        out[p] = 0x0A
+        p = _put_varint(out, p + 1, np.uint64(blen))
+        for q in range(blen):
+          out[p + q] = bdata[b0 + q]
+        p += blen
+    c = _crc32c_masked(out, start, p, table)
+    for q in range(4):
+      out[p + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
+    pos = p + 4
+  return out
+
+
+def encode_tfrecord(table):
+  """TFRecord file bytes: one tf.train.Example per row of a table of flat columns.
+
+  Serialization is deterministic (features sorted by name, as protobuf's deterministic mode
+  orders map keys; a null value is an absent feature), so equal tables give equal bytes.
+  tfx_bsl's RecordBatchToExamplesEncoder serializes the feature map in an unspecified order
+  that changes between calls, which would break byte-identical shards.
+  """
+  n = table.num_rows
+  order = sorted(range(table.num_columns), key=lambda i: table.schema.names[i].encode("utf-8"))
+  nf = len(order)
+  names = [table.schema.names[i].encode("utf-8") for i in order]
+  name_starts = np.zeros(nf + 1, dtype=np.int64)
+  np.cumsum([len(x) for x in names], out=name_starts[1:])
+  kinds = np.zeros(nf, dtype=np.int8)
+  valid = np.zeros((n, nf), dtype=np.bool_)
+  ivals = np.zeros((n, nf), dtype=np.int64)
+  fbits = np.zeros((n, nf), dtype=np.uint32)
+  bstart = np.zeros((n + 1, nf), dtype=np.int64)
+  datas, base = [], 0
+  for f, i in enumerate(order):
+    arr = table.column(i).combine_chunks()
+    valid[:, f] = arr.is_valid().to_numpy(zero_copy_only=False)
+    t = arr.type
+    if pa.types.is_integer(t):
+      kinds[f] = KIND_INT
+      ivals[:, f] = arr.cast(pa.int64()).fill_null(0).to_numpy()
+    elif pa.types.is_floating(t):
+      kinds[f] = KIND_FLOAT
+      fbits[:, f] = arr.cast(pa.float32()).fill_null(0).to_numpy().view(np.uint32)
+    else:
+      kinds[f] = KIND_BYTES
+      arr = arr.cast(pa.large_binary())
+      offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+      data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] else \
+          np.zeros(0, np.uint8)
+      datas.append(data[offsets[0]:offsets[-1]])
+      bstart[:, f] = offsets - offsets[0] + base
+      base += int(offsets[-1] - offsets[0])
+  bdata = np.concatenate(datas) if datas else np.zeros(0, np.uint8)
+  return _encode(kinds, np.frombuffer(b"".join(names), dtype=np.uint8), name_starts, valid,
+                 ivals, fbits, bstart, bdata, _CRC_TABLE).tobytes()
 
 
 def read_records(data):

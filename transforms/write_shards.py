@@ -131,7 +131,7 @@ class _WriteShardFn(beam.DoFn):
         payload = sink.getvalue().to_pybytes()
         digest = fingerprint.combine_digest(fps)
       else:
-        payload = tfrecord.frame_records(tfrecord.encode_examples(data))
+        payload = tfrecord.encode_tfrecord(data)
         as_read = data.select(data_names)
         widened = pa.table([_float32_widened(c) for c in as_read.columns], names=data_names)
         digest = fingerprint.combine_digest(fingerprint.fingerprint_batch(widened))
