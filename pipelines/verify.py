@@ -1,0 +1,132 @@
+"""Verify: re-checks a dataset folder against its manifest.
+
+  python -m pipelines.verify DIR
+
+Checks the manifest against manifests/dataset_manifest.schema.json, then every file it lists
+(missing, extra, size, sha256), decodes every shard (row count, per-shard digest of the values
+as decoded) and recomputes the content digest from the Parquet shards (float64-exact; a
+TFRecord-only dataset's digest cannot be recomputed from float32 values and is checked per
+shard only). Exit 0 intact, 1 damaged (each problem names its file), 2 usage error.
+"""
+import hashlib
+import io
+import json
+import os
+import sys
+
+import jsonschema
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines import common, dataset
+from transforms import fingerprint, schema, tfrecord
+from transforms.key_rows import KEY
+
+__all__ = ["verify", "run", "MANIFEST_SCHEMA"]
+
+MANIFEST_SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "manifests", "dataset_manifest.schema.json")
+
+
+def _read(path):
+  with FileSystems.open(path, compression_type="uncompressed") as f:
+    return f.read()
+
+
+def _listing(root):
+  found = FileSystems.match([FileSystems.join(root, "**")])[0].metadata_list
+  prefix = root.rstrip("/") + "/"
+  return sorted(m.path[len(prefix):] for m in found if not os.path.isdir(m.path))
+
+
+def _decoded_digest(entry, data, columns):
+  """(rows, digest of the values as decoded from this file)."""
+  names = [n for n, _ in columns]
+  if entry["format"] == "parquet":
+    table = pq.read_table(io.BytesIO(data))
+    if table.schema.names != [KEY] + names:
+      raise ValueError(f"columns {table.schema.names} differ from the schema")
+    values = table.select(names)
+  else:
+    records = tfrecord.read_records(data)
+    values = tfrecord.decode_examples(
+        records, [(n, schema.ARROW_TYPES[t]) for n, t in columns])
+  return values.num_rows, fingerprint.combine_digest(fingerprint.fingerprint_batch(values))
+
+
+def verify(root):
+  """A list of problems (empty when intact). Raises UsageError when root is no dataset."""
+  if not FileSystems.exists(root):
+    raise common.UsageError(f"{root} does not exist")
+  try:
+    manifest = dataset.load_manifest(root)
+  except (ValueError, UnicodeDecodeError) as e:
+    return [f"{dataset.MANIFEST}: unreadable ({e})"]
+  if manifest is None:
+    raise common.UsageError(f"{root} holds no {dataset.MANIFEST}: not a skewtrace dataset")
+  with open(MANIFEST_SCHEMA, encoding="utf-8") as f:
+    try:
+      jsonschema.validate(manifest, json.load(f))
+    except jsonschema.ValidationError as e:
+      return [f"{dataset.MANIFEST}: does not match its schema: {e.message}"]
+  problems = []
+  columns = [(c["name"], c["type"]) for c in manifest["schema"]["columns"]]
+  entries = manifest["shards"] + [manifest["rejected"], manifest["schema"]["file"]]
+  listed = {e["path"] for e in entries} | {dataset.MANIFEST}
+  present = set(_listing(root))
+  problems += [f"{p}: extra file not in the manifest" for p in sorted(present - listed)]
+  parquet_digest = fingerprint.empty_digest()
+  for entry in entries:
+    path = entry["path"]
+    if path not in present:
+      problems.append(f"{path}: missing")
+      continue
+    data = _read(FileSystems.join(root, path))
+    if len(data) != entry["bytes"]:
+      kind = "truncated" if len(data) < entry["bytes"] else "longer than recorded"
+      problems.append(f"{path}: {kind} ({len(data)} bytes, manifest says {entry['bytes']})")
+      continue
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+      problems.append(f"{path}: content changed (sha256 differs)")
+      continue
+    if "format" not in entry:
+      continue
+    try:
+      rows, digest = _decoded_digest(entry, data, columns)
+    except (ValueError, OSError, pa.ArrowException, tfrecord.TFRecordError) as e:
+      problems.append(f"{path}: cannot be decoded ({e})")
+      continue
+    if rows != entry["rows"]:
+      problems.append(f"{path}: {rows} rows, manifest says {entry['rows']}")
+    if fingerprint.digest_hex(digest) != entry["digest"]:
+      problems.append(f"{path}: decoded values' digest differs from the manifest")
+    if entry["format"] == "parquet":
+      parquet_digest = fingerprint.add_digests(parquet_digest, digest)
+  formats = {e["format"] for e in manifest["shards"]}
+  if "parquet" in formats and not problems and \
+      fingerprint.digest_hex(parquet_digest) != manifest["content_digest"]:
+    problems.append("content_digest differs from the digest of the Parquet shards")
+  written = sum(e["rows"] for e in manifest["shards"] if e["format"] == sorted(formats)[0])
+  rows = manifest["rows"]
+  if written != rows["written"] or rows["read"] != rows["written"] + rows["rejected"]:
+    problems.append(f"{dataset.MANIFEST}: row counts do not add up ({rows})")
+  return problems
+
+
+def run(argv=None):
+  argv = list(argv or [])
+  if len(argv) != 1 or argv[0].startswith("-"):
+    raise common.UsageError("usage: python -m pipelines.verify DIR")
+  problems = verify(argv[0])
+  for p in problems:
+    print(f"DAMAGED {p}")
+  if problems:
+    return 1
+  print(f"{argv[0]}: intact")
+  return 0
+
+
+if __name__ == "__main__":
+  common.main_wrapper(run)
+  sys.exit(0)
