@@ -1,0 +1,34 @@
+"""Shared fixtures: paths to data, and ingest runs built once per session."""
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+TAXI_CSV = os.path.join(ROOT, "data", "chicago_taxi", "data.csv")
+TAXI_SCHEMA = os.path.join(ROOT, "data", "chicago_taxi", "schema.pbtxt")
+EDGE = os.path.join(SHARED, "csv_edge_cases")
+
+RUNNERS = {
+    "direct": [],
+    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    "portable_embed": ["--runner=PortableRunner", "--job_endpoint=embed",
+                       "--environment_type=LOOPBACK"],
+}
+
+
+def ingest(output_dir, *args, inputs=TAXI_CSV):
+  from pipelines import ingest as ingest_job
+  argv = ["--input", inputs, "--output_dir", str(output_dir)] + list(args)
+  assert ingest_job.run(argv) == 0
+  return str(output_dir)
+
+
+@pytest.fixture(scope="session")
+def taxi_runs(tmp_path_factory):
+  """The taxi sample ingested (4 shards, TFMD schema) on each runner."""
+  out = {}
+  for name, flags in RUNNERS.items():
+    out[name] = ingest(tmp_path_factory.mktemp(name), "--num_shards", "4", "--schema",
+                       TAXI_SCHEMA, *flags)
+  return out

@@ -1,0 +1,98 @@
+"""Record splitting and field parsing: edge cases, provenance, and block-size invariance."""
+import io
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tests.conftest import EDGE, TAXI_CSV
+from transforms import csv_records
+
+
+def read_all(data, block_bytes=1 << 20):
+  """(names, rows as dicts without provenance, lines, rejected) of CSV bytes."""
+  names, rows, lines, rejected = None, [], [], []
+  for i, block in enumerate(csv_records.iter_blocks(io.BytesIO(data), block_bytes)):
+    if names is None:
+      names = csv_records.parse_header(block)
+      block = csv_records.without_first(block)
+    batch, rej = csv_records.parse_block(block, names, 0)
+    rows += [{k: r[k] for k in names} for r in batch.to_pylist()]
+    lines += batch.column(csv_records.LINE_COLUMN).to_pylist()
+    rejected += rej
+  return names, rows, lines, rejected
+
+
+def test_multi_line_quoted_field_with_escaped_quotes():
+  with open(os.path.join(EDGE, "multi_line_string.csv"), "rb") as f:
+    names, rows, lines, rejected = read_all(f.read())
+  assert names == ["A", "B", "C", "D"] and not rejected
+  assert rows[1]["B"] == b'"2,\n"3",\n4\n5"'
+  assert lines == [2, 3, 7]
+
+
+def test_empty_cells_are_missing():
+  with open(os.path.join(EDGE, "empty_values.csv"), "rb") as f:
+    _, rows, _, _ = read_all(f.read())
+  assert [r["B"] for r in rows] == [None, None, None]
+  assert [r["C"] for r in rows] == [b"x", b"y", None]
+
+
+def test_bom_crlf_blank_lines_and_quoted_empty():
+  data = b'\xef\xbb\xbfa,b\r\n1,""\r\n\r\n2,"x\r\ny"\r\n'
+  names, rows, lines, rejected = read_all(data)
+  assert names == ["a", "b"] and not rejected
+  assert rows == [{"a": b"1", "b": None}, {"a": b"2", "b": b"x\r\ny"}]
+  assert lines == [2, 4]
+
+
+@pytest.mark.parametrize("line,reason", [
+    (b"1,2,3", "expected 2 fields, found 3"),
+    (b"1", "expected 2 fields, found 1"),
+    (b'1,ab"c"', "malformed quoting"),
+    (b'1,"ab"c', "malformed quoting"),
+    (b"1,\xff\xfe", "invalid UTF-8"),
+])
+def test_bad_records_are_rejected_with_line_raw_and_reason(line, reason):
+  data = b"a,b\n0,ok\n" + line + b"\n9,fine\n"
+  _, rows, _, rejected = read_all(data)
+  assert len(rows) == 2
+  assert len(rejected) == 1
+  got_line, raw, why = rejected[0]
+  assert (got_line, raw) == (3, line) and why.startswith(reason)
+
+
+def test_unterminated_quote_swallows_the_rest_into_one_rejected_record():
+  data = b'a,b\n1,2\n3,"open\n4,5\n'
+  _, rows, _, rejected = read_all(data)
+  assert len(rows) == 1
+  assert rejected == [(3, b'3,"open\n4,5\n', "unterminated quoted field at end of file")]
+
+
+@pytest.mark.parametrize("header,message", [
+    (b"a,,b\n", "empty header name"), (b"a,b,a\n", "duplicate header name"),
+    (b"\xff,b\n", "not UTF-8")])
+def test_bad_headers(header, message):
+  block = next(csv_records.iter_blocks(io.BytesIO(header + b"1,2,3\n")))
+  with pytest.raises(csv_records.HeaderError, match=message):
+    csv_records.parse_header(block)
+
+
+def test_taxi_sample_parses_completely():
+  with open(TAXI_CSV, "rb") as f:
+    names, rows, _, rejected = read_all(f.read())
+  assert len(names) == 18 and len(rows) == 15002 and not rejected
+
+
+CELLS = st.one_of(st.just(""), st.text(alphabet='ab,"\n\r x\u00e9', max_size=6))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(CELLS, min_size=1, max_size=4), min_size=1, max_size=8),
+       st.integers(8, 64))
+def test_block_size_never_changes_the_result(rows, block_bytes):
+  def cell(c):
+    return '"' + c.replace('"', '""') + '"' if any(x in c for x in ',"\n\r') else c
+  text = "h1,h2,h3\n" + "".join(",".join(cell(c) for c in r) + "\n" for r in rows)
+  data = text.encode("utf-8")
+  assert read_all(data, block_bytes) == read_all(data)
