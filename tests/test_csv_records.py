@@ -52,6 +52,7 @@ def test_bom_crlf_blank_lines_and_quoted_empty():
     (b'1,ab"c"', "malformed quoting"),
     (b'1,"ab"c', "malformed quoting"),
     (b"1,\xff\xfe", "invalid UTF-8"),
+    (b"a\r,b", "carriage return outside quotes"),
 ])
 def test_bad_records_are_rejected_with_line_raw_and_reason(line, reason):
   data = b"a,b\n0,ok\n" + line + b"\n9,fine\n"
@@ -96,3 +97,12 @@ def test_block_size_never_changes_the_result(rows, block_bytes):
   text = "h1,h2,h3\n" + "".join(",".join(cell(c) for c in r) + "\n" for r in rows)
   data = text.encode("utf-8")
   assert read_all(data, block_bytes) == read_all(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=80), st.integers(8, 64))
+def test_arbitrary_bytes_never_crash_and_every_record_is_kept_or_rejected(body, block_bytes):
+  data = b"h1,h2\n" + body
+  records = sum(len(b.starts) for b in csv_records.iter_blocks(io.BytesIO(data), 1 << 20)) - 1
+  _, rows, _, rejected = read_all(data, block_bytes)
+  assert len(rows) + len(rejected) == records

@@ -158,6 +158,20 @@ def _quote_errors(arr, starts, ends):
   return bad
 
 
+def _bare_cr(arr, starts, ends):
+  """Per record: True if it holds a '\r' outside quotes (CSV readers would end the row there)."""
+  bad = np.zeros(len(starts), dtype=bool)
+  crs = np.flatnonzero(arr == _CR)
+  if not len(crs) or not len(starts):
+    return bad
+  quotes = np.flatnonzero(arr == _QUOTE)
+  crs = crs[np.searchsorted(quotes, crs) % 2 == 0]
+  rec = np.searchsorted(starts, crs, side="right") - 1
+  inside = (rec >= 0) & (crs < ends[np.maximum(rec, 0)])
+  bad[rec[inside]] = True
+  return bad
+
+
 def _field_counts(arr, starts, ends):
   """Fields per record: commas outside quotes (an even number of quotes before them) + 1."""
   commas = np.flatnonzero(arr == _COMMA)
@@ -179,6 +193,8 @@ def parse_block(block, names, file_index):
     reasons[n - 1] = "unterminated quoted field at end of file"
   quote_bad = _quote_errors(arr, starts, ends)
   reasons[(reasons == None) & quote_bad] = "malformed quoting"  # noqa: E711
+  reasons[(reasons == None) & _bare_cr(arr, starts, ends)] = \
+      "carriage return outside quotes"  # noqa: E711
   counts = _field_counts(arr, starts, ends)
   ragged = np.flatnonzero((counts != len(names)) & (reasons == None))  # noqa: E711
   for i in ragged:
@@ -193,9 +209,20 @@ def parse_block(block, names, file_index):
       except UnicodeDecodeError as e:
         reasons[i] = f"invalid UTF-8 ({e.reason} at byte {e.start} of the record)"
   good = np.flatnonzero(reasons == None)  # noqa: E711
+  try:
+    batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index)
+  except (pa.ArrowInvalid, AssertionError):
+    # The vectorised checks missed a record pyarrow cannot read: find it record by record
+    # (only in this block) so that it is rejected, never lost, and never crashes the job.
+    for i in good:
+      try:
+        _to_batch(arr, starts[i:i + 1], ends[i:i + 1], block.lines[i:i + 1], names, file_index)
+      except (pa.ArrowInvalid, AssertionError) as e:
+        reasons[i] = f"unparseable record ({e})"
+    good = np.flatnonzero(reasons == None)  # noqa: E711
+    batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index)
   rejected = [(int(block.lines[i]), arr[starts[i]:ends[i]].tobytes(), reasons[i])
               for i in np.flatnonzero(reasons != None)]  # noqa: E711
-  batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index)
   return batch, rejected
 
 
