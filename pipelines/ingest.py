@@ -34,7 +34,7 @@ __all__ = ["IngestOptions", "Ingest", "build_pipeline", "run"]
 
 RESERVED = {"__key__", "__fp__", "__shard__", csv_records.FILE_COLUMN, csv_records.LINE_COLUMN,
             csv_records.RAW_COLUMN}
-AUTO_SHARD_BYTES = 64 << 20
+AUTO_SHARD_BYTES = 16 << 20
 
 
 class IngestOptions(PipelineOptions):
@@ -45,7 +45,7 @@ class IngestOptions(PipelineOptions):
     parser.add_argument("--input", help="CSV path or glob; several separated by commas.")
     parser.add_argument("--output_dir", help="Dataset folder to write.")
     parser.add_argument("--num_shards", type=int, default=0,
-                        help="Shards per format; 0 = one per 64 MiB of input.")
+                        help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",
                         help="Comma-separated output formats: tfrecord, parquet.")
     parser.add_argument("--key_columns", default="",
