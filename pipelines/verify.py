@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import os
-import sys
 
 import jsonschema
 import pyarrow as pa
@@ -129,4 +128,3 @@ def run(argv=None):
 
 if __name__ == "__main__":
   common.main_wrapper(run)
-  sys.exit(0)
