@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -217,7 +218,7 @@ def test_usage_errors_exit_2_and_write_nothing(tmp_path, make_args, message):
   (tmp_path / "blankname.csv").write_text("a,,c\n1,2,3\n")
   out = tmp_path / "out"
   from pipelines import ingest as job
-  with pytest.raises(common.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+  with pytest.raises(common.UsageError, match=re.escape(message)):
     job.run(make_args(tmp_path) + ["--output_dir", str(out)])
   assert not out.exists()
 

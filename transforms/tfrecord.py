@@ -2,7 +2,7 @@
 
 tf.Example holds int64, float32 and bytes lists only, so FLOAT (float64) columns are written
 as float32 (rounded to nearest); Parquet keeps them exact. Each CSV value becomes a
-one-element list; a missing value is a feature with no value (decoded as null).
+one-element list; a missing value is an absent feature (decoded as null).
 """
 import struct
 
@@ -89,7 +89,8 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
   valid/ivals/fbits are [row, feature]; bstart is [row + 1, feature] offsets into bdata.
   """
   n, nf = valid.shape
-  sizes = np.zeros(n, dtype=np.int64)
+  sizes = np.zeros(n, dtype=np.int64)  # serialized Example bytes
+  feat_sizes = np.zeros(n, dtype=np.int64)  # its Features message bytes
   for i in range(n):
     feats = 0
     for f in range(nf):
@@ -98,6 +99,7 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
         flen, _ = _feature_len(kinds[f], ivals[i, f], bstart[i + 1, f] - bstart[i, f])
         entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
         feats += 1 + _varint_len(np.uint64(entry)) + entry
+    feat_sizes[i] = feats
     sizes[i] = 1 + _varint_len(np.uint64(feats)) + feats
   total = 0
   for i in range(n):
@@ -113,7 +115,7 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
       out[pos + 8 + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
     start = pos + 12
     p = start
-    feats = size - 1 - _varint_len(np.uint64(size - 1))
+    feats = feat_sizes[i]
     # Example.features (field 1) -> Features.feature map entries (field 1).
     out[p] = 0x0A
     p = _put_varint(out, p + 1, np.uint64(feats))
