@@ -106,3 +106,14 @@ def test_arbitrary_bytes_never_crash_and_every_record_is_kept_or_rejected(body, 
   records = sum(len(b.starts) for b in csv_records.iter_blocks(io.BytesIO(data), 1 << 20)) - 1
   _, rows, _, rejected = read_all(data, block_bytes)
   assert len(rows) + len(rejected) == records
+
+
+@pytest.mark.parametrize("bad_row", [b"", b"x\n"])
+def test_raw_column_holds_each_record_and_its_terminators(bad_row):
+  # With and without a rejected record in the block (in-place and copying parse paths).
+  data = b'a,b\r\n1,"q\r\nr"\r\n\r\n\n2,z\r\n' + bad_row + b"3,w\n"
+  block = csv_records.without_first(next(csv_records.iter_blocks(io.BytesIO(data))))
+  batch, rejected = csv_records.parse_block(block, ["a", "b"], 0)
+  raws = [r.rstrip(b"\r\n") for r in batch.column(csv_records.RAW_COLUMN).to_pylist()]
+  assert raws == [b'1,"q\r\nr"', b"2,z", b"3,w"]
+  assert len(rejected) == (1 if bad_row else 0)

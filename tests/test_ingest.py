@@ -164,6 +164,7 @@ def test_schema_type_misfits_are_rejected(tmp_path):
   rows = [json.loads(l) for l in open(os.path.join(out, m["rejected"]["path"]))]
   assert [r["reason"] for r in rows] == ["column 'n': 'x' is not INT",
                                          "column 'n': '99999999999999999999' is not INT"]
+  assert [(r["line"], r["raw"]) for r in rows] == [(3, "2,x"), (4, "3,99999999999999999999")]
 
 
 def test_duplicate_keys_are_reported_not_merged(tmp_path):

@@ -210,40 +210,54 @@ def parse_block(block, names, file_index):
         reasons[i] = f"invalid UTF-8 ({e.reason} at byte {e.start} of the record)"
   good = np.flatnonzero(reasons == None)  # noqa: E711
   try:
-    batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index)
+    batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index,
+                      contiguous=len(good) == n)
   except (pa.ArrowInvalid, AssertionError):
     # The vectorised checks missed a record pyarrow cannot read: find it record by record
     # (only in this block) so that it is rejected, never lost, and never crashes the job.
     for i in good:
       try:
-        _to_batch(arr, starts[i:i + 1], ends[i:i + 1], block.lines[i:i + 1], names, file_index)
+        _to_batch(arr, starts[i:i + 1], ends[i:i + 1], block.lines[i:i + 1], names, file_index,
+                  contiguous=True)
       except (pa.ArrowInvalid, AssertionError) as e:
         reasons[i] = f"unparseable record ({e})"
     good = np.flatnonzero(reasons == None)  # noqa: E711
-    batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index)
+    batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index,
+                      contiguous=len(good) == n)
   rejected = [(int(block.lines[i]), arr[starts[i]:ends[i]].tobytes(), reasons[i])
               for i in np.flatnonzero(reasons != None)]  # noqa: E711
   return batch, rejected
 
 
-def _to_batch(arr, starts, ends, lines, names, file_index):
+def _to_batch(arr, starts, ends, lines, names, file_index, contiguous):
+  """One pyarrow parse of the given records. __raw__ holds each record followed by its line
+  terminator(s) (callers strip them); it is a zero-copy view of the parsed text.
+
+  contiguous: the records are every record between the first and the last, so only line
+  terminators and blank lines lie between them.
+  """
   n = len(starts)
-  lengths = ends - starts
-  # The good records, each followed by '\n', contiguous: one pyarrow parse for the block.
-  out_starts = np.zeros(n + 1, dtype=np.int64)
-  np.cumsum(lengths + 1, out=out_starts[1:])
-  total = int(out_starts[-1])
-  within = np.arange(total, dtype=np.int64) - np.repeat(out_starts[:-1], lengths + 1)
-  is_data = within < np.repeat(lengths, lengths + 1)
-  text = np.full(total, _NL, dtype=np.uint8)
-  raw_bytes = arr[(np.repeat(starts, lengths + 1) + within)[is_data]]
-  text[is_data] = raw_bytes
+  if n and contiguous:
+    # Fast path, the common case: parse the block's bytes in place (pyarrow skips the blank
+    # lines too).
+    text = arr[starts[0]:ends[-1]]
+    raw_offsets = np.append(starts, ends[-1]) - starts[0]
+  else:
+    # Some records of the span were rejected: copy the rest, each followed by '\n'.
+    lengths = ends - starts
+    raw_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=raw_offsets[1:])
+    total = int(raw_offsets[-1])
+    within = np.arange(total, dtype=np.int64) - np.repeat(raw_offsets[:-1], lengths + 1)
+    is_data = within < np.repeat(lengths, lengths + 1)
+    text = np.full(total, _NL, dtype=np.uint8)
+    text[is_data] = arr[(np.repeat(starts, lengths + 1) + within)[is_data]]
   if n:
     table = pacsv.read_csv(
         pa.py_buffer(text),
         read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
-                                       block_size=max(1 << 20, total + 1)),
-        parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False),
+                                       block_size=max(1 << 20, len(text) + 1)),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
         convert_options=pacsv.ConvertOptions(column_types={c: pa.binary() for c in names},
                                              null_values=[""], strings_can_be_null=True,
                                              quoted_strings_can_be_null=True))
@@ -252,10 +266,9 @@ def _to_batch(arr, starts, ends, lines, names, file_index):
     columns = {c: table.column(c).combine_chunks() for c in names}
   else:
     columns = {c: pa.array([], pa.binary()) for c in names}
-  raw_offsets = np.zeros(n + 1, dtype=np.int64)
-  np.cumsum(lengths, out=raw_offsets[1:])
   columns[FILE_COLUMN] = pa.array(np.full(n, file_index, dtype=np.int32))
   columns[LINE_COLUMN] = pa.array(np.asarray(lines, dtype=np.int64))
   columns[RAW_COLUMN] = pa.Array.from_buffers(
-      pa.large_binary(), n, [None, pa.py_buffer(raw_offsets), pa.py_buffer(raw_bytes)])
+      pa.large_binary(), n, [None, pa.py_buffer(raw_offsets.astype(np.int64)),
+                             pa.py_buffer(text)])
   return pa.record_batch(list(columns.values()), names=list(columns))

@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from transforms.xxh64 import hash_fields, prefix_state
+from transforms.xxh64 import (KIND_BYTES, KIND_FLOAT, KIND_INT, KIND_LIST, KIND_MISSING,
+                              KIND_NULL, hash_fields, prefix_state)
 
 __all__ = ["SALT", "fingerprint_batch", "fingerprint_record", "encode_record", "combine_digest",
            "empty_digest", "add_digests", "MISSING"]
@@ -200,12 +201,30 @@ def _as_columns(batch):
   raise TypeError("fingerprint_batch takes a pyarrow RecordBatch or Table")
 
 
-def _field_streams(arr, n):
-  """One field's inputs to the kernel: (tags[n], words, word_starts[n+1], data, byte_starts[n+1])."""
-  none_w = (np.zeros(0, np.uint64), np.zeros(n + 1, np.int64))
-  none_b = (np.zeros(0, np.uint8), np.zeros(n + 1, np.int64))
+def _validity(arr):
+  """bool[n]: True where arr has a value (from the Arrow bitmap, no per-value work)."""
+  n = len(arr)
+  if arr.null_count == 0:
+    return np.ones(n, dtype=np.bool_)
+  bitmap = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
+  return np.unpackbits(bitmap, bitorder="little")[arr.offset:arr.offset + n].view(np.bool_)
+
+
+def _fixed_words(arr, typ):
+  """The column's values as uint64 words, zero-copy where the type allows (nulls: garbage)."""
+  arr = arr.cast(typ) if arr.type != typ else arr
+  data = np.frombuffer(arr.buffers()[1], dtype=np.uint64)
+  return data[arr.offset:arr.offset + len(arr)]
+
+
+def _field_inputs(arr, n):
+  """One field's kernel inputs: (kind, valid[n], words[n] | None, offsets[n+1] | None, data).
+
+  For BYTES, offsets index data (the Arrow buffers); for LIST, offsets index data, the
+  numpy-encoded [count, elements...] words of each row.
+  """
   if arr is None:
-    return (np.full(n, TAG_MISSING, np.uint64),) + none_w + none_b
+    return KIND_MISSING, None, None, None, None
   if isinstance(arr, pa.ChunkedArray):
     arr = arr.combine_chunks()
   t = arr.type
@@ -213,8 +232,16 @@ def _field_streams(arr, n):
     arr = arr.dictionary_decode()
     t = arr.type
   if pa.types.is_null(t):
-    return (np.full(n, TAG_NULL, np.uint64),) + none_w + none_b
-  valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    return KIND_NULL, None, None, None, None
+  valid = _validity(arr)
+  if pa.types.is_integer(t) or pa.types.is_boolean(t):
+    if pa.types.is_uint64(t):
+      top = pc.max(arr).as_py()
+      if top is not None and top > 2**63 - 1:
+        raise ValueError("uint64 values above 2**63-1 have no int64 fingerprint")
+    return KIND_INT, valid, _fixed_words(arr, pa.int64()), None, None
+  if pa.types.is_floating(t):
+    return KIND_FLOAT, valid, _fixed_words(arr, pa.float64()), None, None
   if pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
       or pa.types.is_large_string(t):
     if not pa.types.is_large_binary(t):
@@ -222,34 +249,14 @@ def _field_streams(arr, n):
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
     data = arr.buffers()[2]
     data = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    tags = np.where(valid, TAG_BYTES, TAG_NULL).astype(np.uint64)
-    return (tags,) + none_w + (data, offsets.astype(np.int64))
+    return KIND_BYTES, valid, None, offsets - offsets[0], data[offsets[0]:offsets[-1]]
   if pa.types.is_list(t) or pa.types.is_large_list(t):
-    tag = TAG_LIST
     words, starts = _column_words(arr)  # generic numpy path: [tag, count, elements] per row
-    counts = np.diff(starts)
-    # Drop each row's leading tag word: the kernel feeds tags separately.
+    # Drop each row's leading tag word: the kernel writes tags itself.
     keep = np.ones(words.size, dtype=bool)
     keep[starts[:-1]] = False
-    words = words[keep]
-    starts = _counts_to_starts(counts - 1)
-    return (np.where(valid, tag, TAG_NULL).astype(np.uint64), words, starts) + none_b
-  if pa.types.is_integer(t) or pa.types.is_boolean(t):
-    tag = TAG_INT
-    if pa.types.is_uint64(t):
-      top = pc.max(arr).as_py()
-      if top is not None and top > 2**63 - 1:
-        raise ValueError("uint64 values above 2**63-1 have no int64 fingerprint")
-    words = arr.cast(pa.int64()).fill_null(0).to_numpy().view(np.uint64)[valid]
-  elif pa.types.is_floating(t):
-    tag = TAG_FLOAT
-    f = arr.cast(pa.float64()).fill_null(0.0).to_numpy()[valid] + 0.0  # -0.0 -> +0.0
-    words = f.view(np.uint64).copy()
-    words[np.isnan(f)] = _NAN_BITS
-  else:
-    raise TypeError(f"cannot fingerprint Arrow type {t}")
-  tags = np.where(valid, tag, TAG_NULL).astype(np.uint64)
-  return (tags, words, _counts_to_starts(valid.astype(np.int64))) + none_b
+    return KIND_LIST, valid, None, _counts_to_starts(np.diff(starts) - 1), words[keep]
+  raise TypeError(f"cannot fingerprint Arrow type {t}")
 
 
 def fingerprint_batch(batch, fields=None, seed=0):
@@ -260,28 +267,41 @@ def fingerprint_batch(batch, fields=None, seed=0):
   columns, n = _as_columns(batch)
   names = list(columns) if fields is None else list(fields)
   header, enc = _header(names)
-  streams = [_field_streams(columns.get(e.decode("utf-8")), n) for e in enc]
-  nf = len(streams)
-  wbuf = np.concatenate([s[1] for s in streams]) if nf else np.zeros(0, np.uint64)
-  bbuf = np.concatenate([s[3][s[4][0]:s[4][-1]] for s in streams]) if nf \
-      else np.zeros(0, np.uint8)
-  wbase = np.cumsum([0] + [s[1].size for s in streams])[:-1]
-  bbase = np.cumsum([0] + [int(s[4][-1] - s[4][0]) for s in streams])[:-1]
+  inputs = [_field_inputs(columns.get(e.decode("utf-8")), n) for e in enc]
+  nf = len(inputs)
+  kinds = np.array([i[0] for i in inputs], dtype=np.int8)
+  byte_fields = [f for f, i in enumerate(inputs) if i[0] == KIND_BYTES]
+  list_fields = [f for f, i in enumerate(inputs) if i[0] == KIND_LIST]
+  bbuf = np.concatenate([inputs[f][4] for f in byte_fields]) if byte_fields else \
+      np.zeros(0, np.uint8)
+  wbuf = np.concatenate([inputs[f][4] for f in list_fields]) if list_fields else \
+      np.zeros(0, np.uint64)
+  bases = {}  # where each field's offsets start in bbuf (BYTES) or wbuf (LIST)
+  for group in (byte_fields, list_fields):
+    base = 0
+    for f in group:
+      bases[f] = base
+      base += inputs[f][4].size
   prefix = np.frombuffer(header, dtype="<u8").astype(np.uint64)
   state0 = prefix_state(prefix, seed)
   out = np.empty(n, dtype=np.uint64)
   # The kernel wants one row's inputs side by side ([row, field]); assembling that layout in
-  # cache-sized chunks costs far less than one batch-sized transpose.
+  # cache-sized chunks, into buffers reused from chunk to chunk, costs little.
+  valid = np.zeros((min(n, _CHUNK), nf), dtype=np.bool_)
+  words = np.zeros((min(n, _CHUNK), nf), dtype=np.uint64)
+  starts = np.zeros((min(n, _CHUNK) + 1, nf), dtype=np.int64)
   for lo in range(0, n, _CHUNK):
     hi = min(n, lo + _CHUNK)
-    tags = np.empty((hi - lo, nf), dtype=np.uint64)
-    wstart = np.empty((hi - lo + 1, nf), dtype=np.int64)
-    bstart = np.empty((hi - lo + 1, nf), dtype=np.int64)
-    for f, (t, _, ws, _, bs) in enumerate(streams):
-      tags[:, f] = t[lo:hi]
-      wstart[:, f] = ws[lo:hi + 1] + wbase[f]
-      bstart[:, f] = bs[lo:hi + 1] + (bbase[f] - bs[0])
-    out[lo:hi] = hash_fields(state0, prefix.size, tags, wbuf, wstart, bbuf, bstart)
+    m = hi - lo
+    for f, (kind, v, w, offsets, _) in enumerate(inputs):
+      if v is not None:
+        valid[:m, f] = v[lo:hi]
+      if w is not None:
+        words[:m, f] = w[lo:hi]
+      if offsets is not None:
+        starts[:m + 1, f] = offsets[lo:hi + 1] + bases[f]
+    out[lo:hi] = hash_fields(state0, prefix.size, kinds, valid[:m], words[:m], starts[:m + 1],
+                             bbuf, wbuf)
   return out
 
 

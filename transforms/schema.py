@@ -81,11 +81,14 @@ def type_column(binary, typ):
   if typ == BYTES:
     return text, np.zeros(0, dtype=np.int64)
   target = ARROW_TYPES[typ]
+  try:
+    return text.cast(target), np.zeros(0, dtype=np.int64)
+  except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    pass
   bad = np.asarray(_bad_positions(text, target), dtype=np.int64)
-  if len(bad):
-    mask = np.zeros(len(text), dtype=bool)
-    mask[bad] = True
-    text = pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), text)
+  mask = np.zeros(len(text), dtype=bool)
+  mask[bad] = True
+  text = pc.if_else(pa.array(mask), pa.scalar(None, pa.string()), text)
   return text.cast(target), bad
 
 

@@ -40,7 +40,7 @@ def type_batch(batch, columns, paths, required=()):
             f"key column {name!r} is missing" if typ is None else
             f"column {name!r}: {col[int(i)].as_py().decode('utf-8')!r} is not {typ}")
     for i in sorted(reasons):
-      rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py(),
+      rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py().rstrip(b"\r\n"),
                                    "; ".join(reasons[i])))
   keep = pa.array(~bad_rows)
   out = pa.RecordBatch.from_arrays(typed, names=[name for name, _ in columns])

@@ -41,10 +41,10 @@ class _WriteRunsFn(beam.DoFn):
 
   def process(self, element):
     (file_index, block_no), batch = element
-    table = pa.Table.from_batches([batch])
-    table = table.take(pc.sort_indices(table, [(SHARD, "ascending"), (KEY, "ascending"),
-                                               (FP, "ascending")]))
-    shards = table.column(SHARD).to_numpy()
+    shards = batch.column(SHARD).to_numpy()
+    order = np.argsort(shards, kind="stable")  # WriteShard sorts each shard fully
+    table = pa.Table.from_batches([batch]).take(order)
+    shards = shards[order]
     bounds = np.flatnonzero(np.diff(shards)) + 1
     starts = np.concatenate(([0], bounds))
     ends = np.concatenate((bounds, [len(shards)]))
@@ -128,10 +128,10 @@ class _WriteShardFn(beam.DoFn):
       if fmt == "parquet":
         sink = pa.BufferOutputStream()
         pq.write_table(data, sink, compression=self._compression)
-        payload = sink.getvalue().to_pybytes()
+        payload = memoryview(sink.getvalue())
         digest = fingerprint.combine_digest(fps)
       else:
-        payload = tfrecord.encode_tfrecord(data)
+        payload = memoryview(tfrecord.encode_tfrecord(data))
         as_read = data.select(data_names)
         widened = pa.table([_float32_widened(c) for c in as_read.columns], names=data_names)
         digest = fingerprint.combine_digest(fingerprint.fingerprint_batch(widened))

@@ -11,14 +11,20 @@ of 32 bytes, so the hash state after the header is computed once and shared.
 import numba
 import numpy as np
 
-__all__ = ["prefix_state", "hash_fields"]
+__all__ = ["prefix_state", "hash_fields", "KIND_MISSING", "KIND_NULL", "KIND_INT", "KIND_FLOAT",
+           "KIND_BYTES", "KIND_LIST"]
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
 _P3 = np.uint64(0x165667B19E3779F9)
 _P4 = np.uint64(0x85EBCA77C2B2AE63)
 _U64 = (1 << 64) - 1
-_TAG_BYTES = np.uint64(4)
+_TAG_MISSING, _TAG_NULL, _TAG_INT, _TAG_FLOAT, _TAG_BYTES, _TAG_LIST = range(6)
+KIND_MISSING, KIND_NULL, KIND_INT, KIND_FLOAT, KIND_BYTES, KIND_LIST = range(6)
+_EXP = np.uint64(0x7FF0000000000000)
+_MANT = np.uint64(0x000FFFFFFFFFFFFF)
+_NAN = np.uint64(0x7FF8000000000000)
+_NEG_ZERO = np.uint64(0x8000000000000000)
 
 
 @numba.njit(inline="always")
@@ -50,7 +56,7 @@ def _feed(s, w):
           np.uint64(0))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _prefix_state(prefix, seed):
   state = np.empty(4, dtype=np.uint64)
   state[0] = seed + _P1 + _P2
@@ -71,34 +77,51 @@ def prefix_state(prefix, seed):
   return _prefix_state(prefix, np.uint64(seed & _U64))
 
 
-@numba.njit(cache=True)
-def hash_fields(state0, prefix_words, tags, wbuf, wstart, bbuf, bstart):
-  """XXH64(header ++ values) for every row.
+@numba.njit(cache=True, nogil=True)
+def hash_fields(state0, prefix_words, kinds, valid, words, starts, bbuf, wbuf):
+  """XXH64(header ++ values) for every row (docs/fingerprint.md), from column buffers.
 
   state0: accumulators after the header (prefix_state); prefix_words: header length in words.
-  tags is [row, field]; wstart and bstart are [row + 1, field]. For row i and field f, the row's values stream is, field after field:
-    tags[i, f]; wbuf[wstart[i, f]:wstart[i + 1, f]];
-    and when tags[i, f] is BYTES: u64 length, bbuf[bstart[i, f]:bstart[i + 1, f]] zero-padded to 8.
+  kinds[f] says how field f is stored; valid, words are [row, field]; starts is [row + 1, field].
+    KIND_MISSING / KIND_NULL: every row is tag 0 / tag 1.
+    KIND_INT: words[i, f] is the int64.  KIND_FLOAT: words[i, f] is the float64's bits.
+    KIND_BYTES: bbuf[starts[i, f]:starts[i + 1, f]] are the bytes.
+    KIND_LIST: wbuf[starts[i, f]:starts[i + 1, f]] are the words after the LIST tag.
+  A row where valid[i, f] is False is NULL (tag 1).
   """
-  n, nf = tags.shape
+  n, nf = valid.shape
   out = np.empty(n, dtype=np.uint64)
   zero = np.uint64(0)
   for i in range(n):
     s = (state0[0], state0[1], state0[2], state0[3], zero, zero, zero, zero)
     nwords = prefix_words
     for f in range(nf):
-      tag = tags[i, f]
-      s = _feed(s, tag)
-      w0 = wstart[i, f]
-      w1 = wstart[i + 1, f]
-      nwords += 1 + (w1 - w0)
-      for p in range(w0, w1):
-        s = _feed(s, wbuf[p])
-      if tag == _TAG_BYTES:
-        b0 = bstart[i, f]
-        b1 = bstart[i + 1, f]
+      kind = kinds[f]
+      if kind == KIND_MISSING:
+        s = _feed(s, np.uint64(_TAG_MISSING))
+        nwords += 1
+      elif kind == KIND_NULL or not valid[i, f]:
+        s = _feed(s, np.uint64(_TAG_NULL))
+        nwords += 1
+      elif kind == KIND_INT:
+        s = _feed(s, np.uint64(_TAG_INT))
+        s = _feed(s, words[i, f])
+        nwords += 2
+      elif kind == KIND_FLOAT:
+        w = words[i, f]
+        if (w & _EXP) == _EXP and (w & _MANT) != zero:
+          w = _NAN
+        elif w == _NEG_ZERO:
+          w = zero
+        s = _feed(s, np.uint64(_TAG_FLOAT))
+        s = _feed(s, w)
+        nwords += 2
+      elif kind == KIND_BYTES:
+        b0 = starts[i, f]
+        b1 = starts[i + 1, f]
+        s = _feed(s, np.uint64(_TAG_BYTES))
         s = _feed(s, np.uint64(b1 - b0))
-        nwords += 1 + (b1 - b0 + 7) // 8
+        nwords += 2 + (b1 - b0 + 7) // 8
         p = b0
         while p + 8 <= b1:
           w = zero
@@ -111,6 +134,13 @@ def hash_fields(state0, prefix_words, tags, wbuf, wstart, bbuf, bstart):
           for q in range(b1 - p):
             w |= np.uint64(bbuf[p + q]) << np.uint64(8 * q)
           s = _feed(s, w)
+      else:
+        w0 = starts[i, f]
+        w1 = starts[i + 1, f]
+        s = _feed(s, np.uint64(_TAG_LIST))
+        nwords += 1 + (w1 - w0)
+        for p in range(w0, w1):
+          s = _feed(s, wbuf[p])
     v1, v2, v3, v4, x0, x1, x2, k = s
     h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
     h = _merge(h, v1)
