@@ -43,6 +43,7 @@ def _crc_table():
 
 _CRC_TABLE = _crc_table()
 KIND_INT, KIND_FLOAT, KIND_BYTES = 0, 1, 2
+_CHUNK = 8192
 
 
 @numba.njit(inline="always")
@@ -96,29 +97,30 @@ def _feature_len(kind, ival, blen):
 
 
 @numba.njit(cache=True, nogil=True)
-def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table):
-  """TFRecord bytes of deterministic tf.Examples: features sorted by name, nulls omitted.
-
-  valid/ivals/fbits are [feature, row]; bstart is [feature, row + 1], offsets into bdata.
-  """
-  nf, n = valid.shape
-  sizes = np.zeros(n, dtype=np.int64)  # serialized Example bytes
-  feat_sizes = np.zeros(n, dtype=np.int64)  # its Features message bytes
+def _sizes(kinds, name_starts, valid, ivals, bstart, sizes, feat_sizes):
+  """Per row: serialized Example bytes (sizes) and its Features message bytes (feat_sizes)."""
+  n, nf = valid.shape
   for i in range(n):
     feats = 0
     for f in range(nf):
-      if valid[f, i]:
+      if valid[i, f]:
         klen = name_starts[f + 1] - name_starts[f]
-        flen, _ = _feature_len(kinds[f], ivals[f, i], bstart[f, i + 1] - bstart[f, i])
+        flen, _ = _feature_len(kinds[f], ivals[i, f], bstart[i + 1, f] - bstart[i, f])
         entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
         feats += 1 + _varint_len(np.uint64(entry)) + entry
     feat_sizes[i] = feats
     sizes[i] = 1 + _varint_len(np.uint64(feats)) + feats
-  total = 0
-  for i in range(n):
-    total += sizes[i] + 16
-  out = np.empty(total, dtype=np.uint8)
-  pos = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table, sizes,
+            feat_sizes, out, pos):
+  """Writes TFRecords of deterministic tf.Examples (features sorted by name, nulls omitted)
+  into out from byte pos; returns the end position.
+
+  valid/ivals/fbits are [row, feature]; bstart is [row + 1, feature], offsets into bdata.
+  """
+  n, nf = valid.shape
   for i in range(n):
     size = sizes[i]
     for q in range(8):
@@ -133,13 +135,13 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
     out[p] = 0x0A
     p = _put_varint(out, p + 1, np.uint64(feats))
     for f in range(nf):
-      if not valid[f, i]:
+      if not valid[i, f]:
         continue
       k0 = name_starts[f]
       klen = name_starts[f + 1] - k0
-      b0 = bstart[f, i]
-      blen = bstart[f, i + 1] - b0
-      flen, inner = _feature_len(kinds[f], ivals[f, i], blen)
+      b0 = bstart[i, f]
+      blen = bstart[i + 1, f] - b0
+      flen, inner = _feature_len(kinds[f], ivals[i, f], blen)
       entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
       out[p] = 0x0A
       p = _put_varint(out, p + 1, np.uint64(entry))
@@ -154,14 +156,14 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
         out[p] = 0x1A  # int64_list
         p = _put_varint(out, p + 1, np.uint64(inner))
         out[p] = 0x0A
-        p = _put_varint(out, p + 1, np.uint64(_varint_len(np.uint64(ivals[f, i]))))
-        p = _put_varint(out, p, np.uint64(ivals[f, i]))
+        p = _put_varint(out, p + 1, np.uint64(_varint_len(np.uint64(ivals[i, f]))))
+        p = _put_varint(out, p, np.uint64(ivals[i, f]))
       elif kinds[f] == 1:
         out[p] = 0x12  # float_list
         out[p + 1] = 6
         out[p + 2] = 0x0A
         out[p + 3] = 4
-        bits = fbits[f, i]
+        bits = fbits[i, f]
         for q in range(4):
           out[p + 4 + q] = np.uint8((bits >> np.uint32(8 * q)) & np.uint32(0xFF))
         p += 8
@@ -177,7 +179,7 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
     for q in range(4):
       out[p + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
     pos = p + 4
-  return out
+  return pos
 
 
 def encode_tfrecord(table):
@@ -196,22 +198,18 @@ def encode_tfrecord(table):
   name_starts = np.zeros(nf + 1, dtype=np.int64)
   np.cumsum([len(x) for x in names], out=name_starts[1:])
   kinds = np.zeros(nf, dtype=np.int8)
-  # [feature, row] layouts: each column is one contiguous copy.
-  valid = np.zeros((nf, n), dtype=np.bool_)
-  ivals = np.zeros((nf, n), dtype=np.int64)
-  fbits = np.zeros((nf, n), dtype=np.uint32)
-  bstart = np.zeros((nf, n + 1), dtype=np.int64)
-  datas, base = [], 0
+  columns, datas, base = [], [], 0
   for f, i in enumerate(order):
     arr = table.column(i).combine_chunks()
-    valid[f] = arr.is_valid().to_numpy(zero_copy_only=False)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
     t = arr.type
+    ints = floats = offsets = None
     if pa.types.is_integer(t):
       kinds[f] = KIND_INT
-      ivals[f] = arr.cast(pa.int64()).fill_null(0).to_numpy()
+      ints = arr.cast(pa.int64()).fill_null(0).to_numpy()
     elif pa.types.is_floating(t):
       kinds[f] = KIND_FLOAT
-      fbits[f] = arr.cast(pa.float32()).fill_null(0).to_numpy().view(np.uint32)
+      floats = arr.cast(pa.float32()).fill_null(0).to_numpy().view(np.uint32)
     else:
       kinds[f] = KIND_BYTES
       arr = arr.cast(pa.large_binary())
@@ -219,11 +217,45 @@ def encode_tfrecord(table):
       data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] else \
           np.zeros(0, np.uint8)
       datas.append(data[offsets[0]:offsets[-1]])
-      bstart[f] = offsets - offsets[0] + base
-      base += int(offsets[-1] - offsets[0])
+      offsets = offsets - offsets[0] + base
+      base += int(offsets[-1] - offsets[0]) if n else 0
+    columns.append((valid, ints, floats, offsets))
   bdata = np.concatenate(datas) if datas else np.zeros(0, np.uint8)
-  return _encode(kinds, np.frombuffer(b"".join(names), dtype=np.uint8), name_starts, valid,
-                 ivals, fbits, bstart, bdata, _CRC_TABLE)
+  names = np.frombuffer(b"".join(names), dtype=np.uint8)
+  # The kernels read one row's features side by side ([row, feature]): assembled in
+  # cache-sized chunks into buffers reused from chunk to chunk. Pass 1 sizes every record,
+  # pass 2 writes them into one buffer.
+  m = min(n, _CHUNK)
+  valid = np.zeros((m, nf), dtype=np.bool_)
+  ivals = np.zeros((m, nf), dtype=np.int64)
+  fbits = np.zeros((m, nf), dtype=np.uint32)
+  bstart = np.zeros((m + 1, nf), dtype=np.int64)
+  sizes = np.zeros(n, dtype=np.int64)
+  feat_sizes = np.zeros(n, dtype=np.int64)
+
+  def chunks():
+    for lo in range(0, n, _CHUNK):
+      hi = min(n, lo + _CHUNK)
+      m = hi - lo
+      for f, (v, ints, floats, offsets) in enumerate(columns):
+        valid[:m, f] = v[lo:hi]
+        if ints is not None:
+          ivals[:m, f] = ints[lo:hi]
+        elif floats is not None:
+          fbits[:m, f] = floats[lo:hi]
+        else:
+          bstart[:m + 1, f] = offsets[lo:hi + 1]
+      yield lo, hi, m
+
+  for lo, hi, m in chunks():
+    _sizes(kinds, name_starts, valid[:m], ivals[:m], bstart[:m + 1], sizes[lo:hi],
+           feat_sizes[lo:hi])
+  out = np.empty(int(sizes.sum()) + 16 * n, dtype=np.uint8)
+  pos = 0
+  for lo, hi, m in chunks():
+    pos = _encode(kinds, names, name_starts, valid[:m], ivals[:m], fbits[:m], bstart[:m + 1],
+                  bdata, _CRC_TABLE, sizes[lo:hi], feat_sizes[lo:hi], out, pos)
+  return out
 
 
 def read_records(data):

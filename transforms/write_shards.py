@@ -65,7 +65,12 @@ def sort_shard(table, content_key):
 
   Returns (sorted table, duplicate-key stats).
   """
-  table = table.take(pc.sort_indices(table, [(KEY, "ascending"), (FP, "ascending")]))
+  if content_key:
+    # The key is the fixed-width hex of FP, so FP order is key order: a numeric sort suffices.
+    order = np.argsort(table.column(FP).to_numpy(), kind="stable")
+  else:
+    order = pc.sort_indices(table, [(KEY, "ascending"), (FP, "ascending")])
+  table = table.take(order)
   keys = table.column(KEY).combine_chunks()
   n = len(keys)
   same_as_prev = np.zeros(n, dtype=bool)
