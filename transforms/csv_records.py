@@ -255,8 +255,9 @@ def _to_batch(arr, starts, ends, lines, names, file_index, contiguous):
   if n:
     table = pacsv.read_csv(
         pa.py_buffer(text),
-        read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
-                                       block_size=max(1 << 20, len(text) + 1)),
+        # Parse in 1 MiB pieces on pyarrow's threads; a piece must hold the longest record.
+        read_options=pacsv.ReadOptions(column_names=names, use_threads=True,
+                                       block_size=max(1 << 20, int((ends - starts).max()) + 2)),
         parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
         convert_options=pacsv.ConvertOptions(column_types={c: pa.binary() for c in names},
                                              null_values=[""], strings_can_be_null=True,
