@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines import common, dataset
 from transforms import fingerprint, schema, tfrecord
-from transforms.key_rows import KEY
+from transforms.key_rows import FP, KEY, RAW_FP
 
 __all__ = ["verify", "run", "MANIFEST_SCHEMA"]
 
@@ -44,7 +44,7 @@ def _decoded_digest(entry, data, columns):
   names = [n for n, _ in columns]
   if entry["format"] == "parquet":
     table = pq.read_table(io.BytesIO(data))
-    if table.schema.names != [KEY] + names:
+    if table.schema.names != [KEY] + names + [RAW_FP, FP]:
       raise ValueError(f"columns {table.schema.names} differ from the schema")
     values = table.select(names)
   else:

@@ -237,3 +237,23 @@ def test_cli_exit_code_2_and_message_for_a_different_dataset(taxi_runs, tmp_path
   assert result.returncode == 0, result.stderr
   assert "rows: read 15002, written 15002, rejected 0" in result.stdout
   assert verify.verify(out) == []
+
+
+def test_shards_carry_raw_and_parse_stage_fingerprints(taxi_runs):
+  import csv
+  from transforms import fingerprint
+  table = pa.concat_tables([pa.parquet.read_table(p) for p in sorted(glob.glob(
+      os.path.join(taxi_runs["direct"], "parquet", "*.parquet")))])
+  with open(TAXI_CSV, newline="", encoding="utf-8") as f:
+    rows = list(csv.DictReader(f))
+  # raw: each cell's source text (an empty cell is null), by the per-record coding.
+  want_raw = sorted(fingerprint.fingerprint_record({k: (v if v != "" else None)
+                                                    for k, v in r.items()}) for r in rows)
+  got_raw = sorted(table.column("__raw_fp__").to_numpy().view(np.uint64).tolist())
+  assert got_raw == want_raw
+  # parse: the typed values; the content key is its hex.
+  data = table.drop(["__key__", "__raw_fp__", "__parse_fp__"])
+  parse = fingerprint.fingerprint_batch(data)
+  assert parse.tolist() == table.column("__parse_fp__").to_numpy().view(np.uint64).tolist()
+  assert [k.split(":")[0] for k in table.column("__key__").to_pylist()] == \
+      [f"{int(p):016x}" for p in parse]

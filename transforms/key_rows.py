@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 
 from transforms import fingerprint
 
-__all__ = ["KeyRows", "key_batch", "KEY", "FP", "SHARD", "hex64"]
+__all__ = ["KeyRows", "key_batch", "KEY", "FP", "RAW_FP", "SHARD", "hex64"]
 
-KEY, FP, SHARD = "__key__", "__fp__", "__shard__"
+KEY, FP, RAW_FP, SHARD = "__key__", "__parse_fp__", "__raw_fp__", "__shard__"
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
@@ -34,7 +34,7 @@ def hex64(values):
 
 
 def key_batch(batch, data_columns, key_columns, num_shards, seed=0):
-  """Appends KEY (large_string), FP (uint64) and SHARD (int64) to a typed batch."""
+  """Appends KEY (large_string), FP (the parse-stage fingerprint, uint64) and SHARD (int64)."""
   fp = fingerprint.fingerprint_batch(batch, fields=data_columns)
   if key_columns:
     texts = [batch.column(c).cast(pa.large_string()) for c in key_columns]
@@ -63,12 +63,13 @@ class _KeyFn(beam.DoFn):
 
   def process(self, element):
     batch_id, batch = element
-    yield batch_id, key_batch(batch, list(batch.schema.names), self._key_columns,
-                              self._num_shards, self._seed)
+    data_columns = [n for n in batch.schema.names if n != RAW_FP]
+    yield batch_id, key_batch(batch, data_columns, self._key_columns, self._num_shards,
+                              self._seed)
 
 
 class KeyRows(beam.PTransform):
-  """(id, typed batch) -> (id, batch + __key__, __fp__, __shard__)."""
+  """(id, typed batch) -> (id, batch + __key__, __parse_fp__, __shard__)."""
 
   def __init__(self, key_columns, num_shards, seed=0):
     super().__init__()

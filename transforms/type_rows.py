@@ -3,7 +3,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from transforms import csv_records, schema
+from transforms import csv_records, fingerprint, schema
+from transforms.key_rows import RAW_FP
 from transforms.read_csv import REJECTED, rejected_row
 
 __all__ = ["TypeRows", "type_batch"]
@@ -13,7 +14,8 @@ def type_batch(batch, columns, paths, required=()):
   """Types `batch` per columns [(name, type)]. Returns (typed batch, rejected dicts).
 
   The typed batch keeps only rows whose every value fits its type and whose `required`
-  columns are present, with the data columns in `columns` order; provenance is dropped.
+  columns are present, with the data columns in `columns` order and __raw_fp__ (the raw-stage
+  fingerprint of the cells' source text); provenance is dropped.
   """
   n = batch.num_rows
   typed, bad_by_column = [], []
@@ -43,7 +45,10 @@ def type_batch(batch, columns, paths, required=()):
       rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py().rstrip(b"\r\n"),
                                    "; ".join(reasons[i])))
   keep = pa.array(~bad_rows)
-  out = pa.RecordBatch.from_arrays(typed, names=[name for name, _ in columns])
+  # The raw-stage fingerprint: the source text of each cell (null when empty), before typing.
+  raw_fp = fingerprint.fingerprint_batch(batch, fields=[name for name, _ in columns])
+  out = pa.RecordBatch.from_arrays(typed + [pa.array(raw_fp)],
+                                   names=[name for name, _ in columns] + [RAW_FP])
   return (out.filter(keep) if bad_rows.any() else out), rejected
 
 

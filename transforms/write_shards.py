@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import fingerprint, tfrecord
-from transforms.key_rows import FP, KEY, SHARD
+from transforms.key_rows import FP, KEY, RAW_FP, SHARD
 from transforms.schema import ARROW_TYPES
 
 __all__ = ["WriteShards", "shard_name", "FORMATS", "sort_shard"]
@@ -116,9 +116,12 @@ class _WriteShardFn(beam.DoFn):
   def process(self, element, columns):
     shard, grouped = element
     runs = sorted(grouped["runs"])
-    # Output columns: the key, then the data columns in header order.
-    out_columns = [(KEY, pa.large_string())] + [(n, ARROW_TYPES[t]) for n, t in columns]
-    schema = pa.schema(out_columns + [(FP, pa.uint64()), (SHARD, pa.int64())])
+    # Output columns: the key, the data columns in header order, then the raw- and parse-stage
+    # fingerprints (their uint64 bits as int64: tf.Example has no unsigned type).
+    out_columns = [(KEY, pa.large_string())] + [(n, ARROW_TYPES[t]) for n, t in columns] + \
+        [(RAW_FP, pa.int64()), (FP, pa.int64())]
+    schema = pa.schema(out_columns[:-2] + [(RAW_FP, pa.uint64()), (FP, pa.uint64()),
+                                           (SHARD, pa.int64())])
     tables = []
     for path in runs:
       with FileSystems.open(path, compression_type="uncompressed") as f:
@@ -127,7 +130,9 @@ class _WriteShardFn(beam.DoFn):
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     table, stats = sort_shard(table, self._content_key)
     fps = table.column(FP).to_numpy()
-    data = table.select([name for name, _ in out_columns])
+    data = table.select([name for name, _ in out_columns[:-2]])
+    for name in (RAW_FP, FP):
+      data = data.append_column(name, pa.array(table.column(name).to_numpy().view(np.int64)))
     data_names = [name for name, _ in columns]
     # The formats are independent and their encoders release the GIL (pyarrow's Parquet
     # writer, the numba kernels, hashlib), so they are written side by side on two threads.
