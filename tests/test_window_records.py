@@ -1,0 +1,81 @@
+"""The window stage: window bounds, late drops, aggregates; pure functions and the composite."""
+import dataclasses
+
+import apache_beam as beam
+import pyarrow as pa
+import pytest
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from transforms import fingerprint, profile, window_records as wr
+
+BASE = profile.parse_profile({
+    "windowing": {"type": "fixed", "size_seconds": 3600, "period_seconds": 3600,
+                  "offset_seconds": 0, "allowed_lateness_seconds": None},
+    "sharding": {"num_shards": 2, "hash_seed": 0},
+    "serialization": {"format": "tfrecord", "float_dtype": "float32"},
+    "sampling": {"seed": 0, "fraction": 1.0}})
+
+
+def batch():
+  return pa.record_batch({"__key__": ["a", "b", "c", "d", "e"],
+                          "t": pa.array([0, 3599, 3600, None, 7300], pa.int64()),
+                          "area": pa.array([1, 1, None, 1, None], pa.int64())})
+
+
+def test_fixed_windows_and_missing_event_time():
+  kept, dropped = wr.assign_windows(batch(), "t", BASE, watermark=7300)
+  assert kept.column(wr.WINDOW_START).to_pylist() == [0, 0, 3600, 7200]
+  assert kept.column(wr.WINDOW_END).to_pylist() == [3600, 3600, 7200, 10800]
+  assert dropped.column("__key__").to_pylist() == ["d"]
+  assert dropped.column(wr.DROP_REASON).to_pylist() == ["missing event time"]
+
+
+def test_offset_and_sliding_trailing_windows():
+  p = dataclasses.replace(BASE, window_type="sliding", window_period=1800, window_offset=600)
+  kept, _ = wr.assign_windows(batch(), "t", p, watermark=None)
+  assert kept.column(wr.WINDOW_END).to_pylist() == [600, 4200, 4200, 7800]
+  assert kept.column(wr.WINDOW_START).to_pylist() == [-3000, 600, 600, 4200]
+
+
+def test_late_records_are_dropped_with_reason():
+  p = dataclasses.replace(BASE, allowed_lateness=3600)
+  kept, dropped = wr.assign_windows(batch(), "t", p, watermark=7300)
+  # windows ending at 3600 are late (3600 + 3600 <= 7300); the one ending at 7200 is not.
+  assert kept.column("__key__").to_pylist() == ["c", "e"]
+  assert sorted(dropped.column("__key__").to_pylist()) == ["a", "b", "d"]
+  assert "late" in dropped.column(wr.DROP_REASON).to_pylist()[0]
+
+
+def test_counts_treat_null_as_a_group_and_join_back():
+  kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
+  counts = wr.window_counts(kept, "area", BASE)
+  assert sorted(counts, key=repr) == sorted([(("1", 3600), 2), ((None, 7200), 1),
+                                             ((None, 10800), 1)], key=repr)
+  joined = wr.join_counts(kept, "area", "n", counts)
+  assert joined.column("n").to_pylist() == [2, 2, 1, 1]
+
+
+def test_sliding_record_counts_in_every_window_containing_it():
+  p = dataclasses.replace(BASE, window_type="sliding", window_period=1800)
+  one = pa.record_batch({"t": pa.array([100], pa.int64()), "area": pa.array([5], pa.int64())})
+  kept, _ = wr.assign_windows(one, "t", p, watermark=None)
+  assert sorted(wr.window_counts(kept, "area", p)) == [(("5", 1800), 1), (("5", 3600), 1)]
+
+
+def test_composite_counts_across_batches_and_fingerprints_the_stage():
+  aggregates = [{"name": "n", "group_by": "area", "fn": "count"}]
+  whole = batch()
+  with test_pipeline.TestPipeline() as p:
+    out = (p | beam.Create([whole.slice(0, 2), whole.slice(2)])
+           | wr.WindowRecords("t", aggregates, BASE))
+    rows = out["kept"] | beam.FlatMap(lambda b: [
+        (r["__key__"], r["n"], r[wr.WINDOW_FP]) for r in b.to_pylist()])
+    expected_fp = {k: fingerprint.fingerprint_record(
+        {wr.WINDOW_START: s, wr.WINDOW_END: s + 3600, "n": n})
+        for k, s, n in [("a", 0, 2), ("b", 0, 2), ("c", 3600, 1), ("e", 7200, 1)]}
+    assert_that(rows, equal_to([("a", 2, expected_fp["a"]), ("b", 2, expected_fp["b"]),
+                                ("c", 1, expected_fp["c"]), ("e", 1, expected_fp["e"])]))
+    dropped = out[wr.DROPPED] | "DroppedKeys" >> beam.FlatMap(
+        lambda b: b.column("__key__").to_pylist())
+    assert_that(dropped, equal_to(["d"]), label="CheckDropped")

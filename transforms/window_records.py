@@ -1,0 +1,140 @@
+"""WindowRecords: event-time windows, late-record drops and windowed aggregates, on RecordBatches.
+
+The `window` stage. Each record gets one window from the profile (transforms/profile.py):
+  fixed:   start = offset + floor((t - offset) / size) * size, end = start + size
+  sliding: end = the first period boundary after t (offset + k * period > t),
+           start = end - size (a trailing window: "the last `size` seconds as of `end`")
+A record without an event time, or whose window is late (end + allowed lateness <= watermark,
+the watermark being the largest event time of the run), is dropped, with its reason.
+Each aggregate {"name", "group_by", "fn": "count"} counts the kept records with the same
+group_by value (null is a value of its own) in each window containing them, and joins that
+count to every record of the window as an int64 column. The stage's fingerprint covers the
+window bounds and the joined aggregate values.
+"""
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from transforms import fingerprint
+
+__all__ = ["WindowRecords", "assign_windows", "window_counts", "join_counts", "WINDOW_START",
+           "WINDOW_END", "WINDOW_FP", "DROPPED", "DROP_REASON"]
+
+WINDOW_START, WINDOW_END, WINDOW_FP = "__window_start__", "__window_end__", "__window_fp__"
+DROPPED, DROP_REASON = "dropped", "__drop_reason__"
+
+
+def assign_windows(batch, event_column, profile, watermark):
+  """(kept batch + WINDOW_START/END, dropped batch + DROP_REASON), vectorised."""
+  t_arr = batch.column(event_column)
+  has_t = t_arr.is_valid().to_numpy(zero_copy_only=False)
+  t = t_arr.fill_null(0).cast(pa.int64()).to_numpy()
+  period, size, offset = profile.window_period, profile.window_size, profile.window_offset
+  if profile.window_type == "fixed":
+    start = offset + np.floor_divide(t - offset, size) * size
+    end = start + size
+  else:
+    end = offset + (np.floor_divide(t - offset, period) + 1) * period
+    start = end - size
+  late = np.zeros(len(t), dtype=bool) if profile.allowed_lateness is None or \
+      watermark is None else end + profile.allowed_lateness <= watermark
+  reasons = np.where(~has_t, "missing event time",
+                     np.where(late, "late: window end + allowed lateness <= watermark", ""))
+  keep = reasons == ""
+  kept = batch.filter(pa.array(keep)).append_column(WINDOW_START, pa.array(start[keep])) \
+      .append_column(WINDOW_END, pa.array(end[keep]))
+  dropped = batch.filter(pa.array(~keep)).append_column(DROP_REASON,
+                                                        pa.array(reasons[~keep]))
+  return kept, dropped
+
+
+def window_counts(batch, group_column, profile):
+  """Partial counts [((group text | None, window end), n)] of a windowed batch.
+
+  A sliding-window record counts in every window containing it (size / period of them).
+  """
+  groups = batch.column(group_column).cast(pa.string())
+  end = batch.column(WINDOW_END).to_numpy()
+  copies = profile.window_size // profile.window_period
+  ends = (end[:, None] + np.arange(copies)[None, :] * profile.window_period).ravel()
+  table = pa.table({"g": pc.take(groups, pa.array(np.repeat(np.arange(len(end)), copies))),
+                    "e": ends})
+  counted = table.group_by(["g", "e"]).aggregate([("e", "count")])
+  return list(zip(zip(counted.column("g").to_pylist(), counted.column("e").to_pylist()),
+                  counted.column("e_count").to_pylist()))
+
+
+def join_counts(batch, group_column, name, counts):
+  """batch + int64 column `name`: the count of its (group, window end), by a vectorised join.
+
+  Arrow joins never match nulls, so the group joins as (text or "", is-null) pairs.
+  """
+  groups = batch.column(group_column).cast(pa.string())
+  table = pa.table({"__row__": np.arange(batch.num_rows), "__g__": groups.fill_null(""),
+                    "__gnull__": groups.is_null(), WINDOW_END: batch.column(WINDOW_END)})
+  lookup = pa.table({"__g__": pa.array([g or "" for (g, _), _ in counts], pa.string()),
+                     "__gnull__": pa.array([g is None for (g, _), _ in counts], pa.bool_()),
+                     WINDOW_END: pa.array([e for (_, e), _ in counts], pa.int64()),
+                     name: pa.array([c for _, c in counts], pa.int64())})
+  joined = table.join(lookup, ["__g__", "__gnull__", WINDOW_END], join_type="left outer")
+  joined = joined.take(pc.sort_indices(joined, [("__row__", "ascending")]))
+  return batch.append_column(name, joined.column(name).combine_chunks().fill_null(0))
+
+
+class _AssignFn(beam.DoFn):
+
+  def __init__(self, event_column, profile):
+    self._event_column = event_column
+    self._profile = profile
+
+  def process(self, batch, watermark):
+    kept, dropped = assign_windows(batch, self._event_column, self._profile, watermark)
+    if dropped.num_rows:
+      yield beam.pvalue.TaggedOutput(DROPPED, dropped)
+    if kept.num_rows:
+      yield kept
+
+
+class _JoinFn(beam.DoFn):
+
+  def __init__(self, aggregates):
+    self._aggregates = aggregates
+
+  def process(self, batch, **counts):
+    for agg in self._aggregates:
+      batch = join_counts(batch, agg["group_by"], agg["name"], counts[agg["name"]])
+    names = [WINDOW_START, WINDOW_END] + [agg["name"] for agg in self._aggregates]
+    yield batch.append_column(WINDOW_FP, pa.array(fingerprint.fingerprint_batch(batch, names)))
+
+
+class WindowRecords(beam.PTransform):
+  """RecordBatches -> windowed batches with aggregates and __window_fp__; DROPPED tagged."""
+
+  def __init__(self, event_column, aggregates, profile):
+    super().__init__()
+    self._event_column = event_column
+    self._aggregates = list(aggregates)
+    self._profile = profile
+
+  def expand(self, batches):
+    for agg in self._aggregates:
+      if agg.get("fn") != "count":
+        raise ValueError(f"aggregate {agg.get('name')!r}: only fn 'count' is supported")
+    watermark = (batches
+                 | "EventTimeMax" >> beam.Map(
+                     lambda b, c=self._event_column: pc.max(b.column(c)).as_py())
+                 | "Watermark" >> beam.CombineGlobally(
+                     lambda vs: max((v for v in vs if v is not None), default=None)))
+    assigned = batches | "Assign" >> beam.ParDo(
+        _AssignFn(self._event_column, self._profile),
+        beam.pvalue.AsSingleton(watermark)).with_outputs(DROPPED, main="kept")
+    counts = {}
+    for i, agg in enumerate(self._aggregates):
+      counts[agg["name"]] = beam.pvalue.AsList(
+          assigned.kept
+          | f"PartialCounts{i}" >> beam.FlatMap(window_counts, agg["group_by"], self._profile)
+          | f"SumCounts{i}" >> beam.CombinePerKey(sum))
+    joined = assigned.kept | "JoinAggregates" >> beam.ParDo(_JoinFn(self._aggregates),
+                                                             **counts)
+    return {"kept": joined, DROPPED: assigned[DROPPED]}
