@@ -42,6 +42,7 @@ def _with(path, value):
     ("sharding.hash_seed", True, "sharding.hash_seed must be an integer"),
     ("serialization.format", "csv", "serialization.format must be one of"),
     ("serialization.float_dtype", "float16", "float_dtype must be one of"),
+    ("serialization.float_dtype", "float64", "tfrecord (tf.Example) holds float32 only"),
     ("sampling.fraction", 0, "sampling.fraction must be in (0, 1]"),
     ("sampling.fraction", float("nan"), "sampling.fraction must be in (0, 1]"),
     ("sampling.seed", KeyError, "sampling: missing field(s) seed"),

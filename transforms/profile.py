@@ -114,6 +114,9 @@ def parse_profile(doc):
   if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
       or not math.isfinite(fraction) or not 0 < fraction <= 1:
     raise ProfileError(f"sampling.fraction must be in (0, 1], got {fraction!r}")
+  if se.get("format") == "tfrecord" and se.get("float_dtype") == "float64":
+    raise ProfileError("serialization: tfrecord (tf.Example) holds float32 only; "
+                       "use float_dtype float32 or format parquet")
   return Profile(
       window_type=window_type, window_size=size, window_period=period, window_offset=offset,
       allowed_lateness=lateness,

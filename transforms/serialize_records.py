@@ -1,0 +1,65 @@
+"""SerializeRecords: the `serialize` stage -- a round trip through the profile's serialized form.
+
+format tfrecord: the record becomes a tf.train.Example (transforms/tfrecord.py) and is decoded
+back, so float columns come back as float32 values; format parquet: a Parquet round trip, with
+float columns stored as the profile's float_dtype. The stage's fingerprint covers the decoded
+values, so a float32 cast on one side shows up here and nowhere earlier.
+"""
+import io
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms import fingerprint, tfrecord
+
+__all__ = ["SerializeRecords", "round_trip", "SERIALIZE_FP"]
+
+SERIALIZE_FP = "__serialize_fp__"
+
+
+def round_trip(table, profile):
+  """The table's columns as decoded from the profile's serialized form (same names/order)."""
+  columns = [(f.name, f.type) for f in table.schema]
+  if profile.serialization_format == "tfrecord":
+    records = tfrecord.read_records(tfrecord.encode_tfrecord(table).tobytes())
+    return tfrecord.decode_examples(records, columns)
+  if profile.float_dtype == "float32":
+    table = pa.table([c.cast(pa.float32()) if pa.types.is_floating(c.type) else c
+                      for c in table.columns], names=table.schema.names)
+  sink = io.BytesIO()
+  pq.write_table(table, sink)
+  back = pq.read_table(io.BytesIO(sink.getvalue()))
+  return pa.table([back.column(n).cast(t) for n, t in columns], names=[n for n, _ in columns])
+
+
+class _SerializeFn(beam.DoFn):
+
+  def __init__(self, value_columns, profile):
+    self._value_columns = list(value_columns)
+    self._profile = profile
+
+  def process(self, batch):
+    values = pa.Table.from_batches([batch]).select(self._value_columns)
+    decoded = round_trip(values, self._profile)
+    fp = fingerprint.fingerprint_batch(decoded)
+    out = batch
+    for name in self._value_columns:  # downstream stages see the decoded values
+      idx = out.schema.get_field_index(name)
+      out = out.set_column(idx, name, decoded.column(name).combine_chunks())
+    yield out.append_column(SERIALIZE_FP, pa.array(np.asarray(fp, dtype=np.uint64)))
+
+
+class SerializeRecords(beam.PTransform):
+  """RecordBatches -> the same with `value_columns` replaced by their decoded values and
+  __serialize_fp__ (fingerprint of those decoded values) appended."""
+
+  def __init__(self, value_columns, profile):
+    super().__init__()
+    self._value_columns = value_columns
+    self._profile = profile
+
+  def expand(self, batches):
+    return batches | "RoundTrip" >> beam.ParDo(_SerializeFn(self._value_columns,
+                                                            self._profile))
