@@ -7,7 +7,8 @@ import sys
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
-__all__ = ["UsageError", "DataError", "parse_options", "versions", "main_wrapper"]
+__all__ = ["UsageError", "DataError", "OutputOptions", "parse_options", "versions",
+           "main_wrapper"]
 
 
 class UsageError(Exception):
@@ -17,6 +18,16 @@ class UsageError(Exception):
 
 class DataError(UsageError):
   """Input data that cannot be accepted (e.g. too many rejected rows): exit code 2."""
+
+
+class OutputOptions(PipelineOptions):
+  """Flags every job that writes a folder shares."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    parser.add_argument("--output_dir", help="Folder to write.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Replace an output folder that holds something else.")
 
 
 def parse_options(argv):

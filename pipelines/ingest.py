@@ -43,7 +43,6 @@ class IngestOptions(PipelineOptions):
   @classmethod
   def _add_argparse_args(cls, parser):
     parser.add_argument("--input", help="CSV path or glob; several separated by commas.")
-    parser.add_argument("--output_dir", help="Dataset folder to write.")
     parser.add_argument("--num_shards", type=int, default=0,
                         help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",
@@ -56,8 +55,6 @@ class IngestOptions(PipelineOptions):
                         choices=["snappy", "zstd", "none"], help="Parquet codec.")
     parser.add_argument("--max_rejected_fraction", type=float, default=0.01,
                         help="Fail the run when more than this fraction of rows is rejected.")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="Replace an output folder that holds a different dataset.")
     parser.add_argument("--csv_block_bytes", type=int, default=8 << 20,
                         help="Bytes of CSV parsed per batch (memory per reader).")
 
@@ -106,11 +103,11 @@ def _write_results(temp_dir, infos, read, rejected, columns):
   return temp_dir
 
 
-def _plan(opts):
+def _plan(opts, output_dir):
   """Checks flags and inputs before anything is written; the plan the pipeline is built from."""
   if not opts.input:
     raise common.UsageError("--input is required")
-  if not opts.output_dir:
+  if not output_dir:
     raise common.UsageError("--output_dir is required")
   formats = [f.strip() for f in opts.formats.split(",") if f.strip()]
   bad = [f for f in formats if f not in ("tfrecord", "parquet")]
@@ -160,7 +157,7 @@ def _plan(opts):
           "key_columns": key_columns, "formats": formats, "num_shards": num_shards,
           "compression": None if opts.parquet_compression == "none" else
           opts.parquet_compression, "block_bytes": opts.csv_block_bytes, "inputs": inputs,
-          "output_dir": opts.output_dir}
+          "output_dir": output_dir}
 
 
 def _recorded_options(opts, plan):
@@ -186,11 +183,12 @@ def run(argv=None, save_main_session=True):
   started = time.monotonic()
   options = common.parse_options(argv or [])
   opts = options.view_as(IngestOptions)
+  out = options.view_as(common.OutputOptions)
   options.view_as(beam.options.pipeline_options.SetupOptions).save_main_session = \
       save_main_session
-  plan = _plan(opts)
+  plan = _plan(opts, out.output_dir)
   recorded = _recorded_options(opts, plan)
-  dataset.check_output_dir(plan["output_dir"], plan["inputs"], recorded, opts.overwrite)
+  dataset.check_output_dir(plan["output_dir"], plan["inputs"], recorded, out.overwrite)
   plan["temp_dir"] = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
   try:
     build_pipeline(plan, options).run().wait_until_finish()
