@@ -32,3 +32,22 @@ def taxi_runs(tmp_path_factory):
     out[name] = ingest(tmp_path_factory.mktemp(name), "--num_shards", "4", "--schema",
                        TAXI_SCHEMA, *flags)
   return out
+
+
+FEATURE_RUNNERS = {"direct": [], "portable_embed": RUNNERS["portable_embed"]}
+
+
+def features(input_dir, output_dir, *args, profile="offline.yaml"):
+  from pipelines import features as features_job
+  argv = ["--input_dir", input_dir, "--output_dir", str(output_dir), "--profile",
+          os.path.join(ROOT, "profiles", profile)] + list(args)
+  assert features_job.run(argv) == 0
+  return str(output_dir)
+
+
+@pytest.fixture(scope="session")
+def taxi_features(taxi_runs, tmp_path_factory):
+  """pipelines.features over the taxi ingest, offline profile, on DirectRunner and embed."""
+  return {name: features(taxi_runs["direct"], tmp_path_factory.mktemp("features_" + name),
+                         *flags)
+          for name, flags in FEATURE_RUNNERS.items()}
