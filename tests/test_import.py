@@ -7,7 +7,10 @@ MODULES = ["transforms.fingerprint", "transforms.xxh64", "transforms.csv_records
            "transforms.schema", "transforms.tfrecord", "transforms.read_csv",
            "transforms.infer_types", "transforms.type_rows", "transforms.key_rows",
            "transforms.write_shards", "transforms.write_rejected", "pipelines.common",
-           "pipelines.dataset", "pipelines.ingest", "pipelines.verify"]
+           "pipelines.dataset", "pipelines.ingest", "pipelines.verify", "pipelines.features",
+           "transforms.profile", "transforms.window_records", "transforms.shard_records",
+           "transforms.serialize_records", "transforms.transform_records",
+           "transforms.feature_log", "transforms.taxi"]
 
 
 @pytest.mark.parametrize("name", MODULES)
