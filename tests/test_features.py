@@ -112,3 +112,14 @@ def test_dataset_lacking_the_modules_columns_is_refused(tmp_path):
     job.run(["--input_dir", small, "--output_dir", str(tmp_path / "out"), "--profile",
              os.path.join(ROOT, "profiles", "offline.yaml")])
   assert not (tmp_path / "out").exists()
+
+
+def test_log_rows_and_run_metadata_match_their_json_schemas(taxi_features):
+  import jsonschema
+  root = taxi_features["direct"]
+  with open(os.path.join(ROOT, "manifests", "run_metadata.schema.json")) as f:
+    jsonschema.validate(json.load(open(os.path.join(root, "run_metadata.json"))), json.load(f))
+  with open(os.path.join(ROOT, "manifests", "feature_log.schema.json")) as f:
+    row_schema = json.load(f)
+  for row in _log(root).slice(0, 200).to_pylist():
+    jsonschema.validate(row, row_schema)
