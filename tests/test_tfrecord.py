@@ -78,3 +78,23 @@ def test_empty_table_is_an_empty_file():
   table = _table().slice(0, 0)
   assert tfrecord.encode_tfrecord(table).tobytes() == b""
   assert np.asarray(tfrecord.read_records(b"")).size == 0
+
+
+def test_framing_checksums_agree_with_google_crc32c():
+  import struct
+
+  import google_crc32c
+
+  def masked(data):
+    c = google_crc32c.value(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+  data = tfrecord.encode_tfrecord(_table()).tobytes()
+  pos, count = 0, 0
+  while pos < len(data):
+    (length,) = struct.unpack_from("<Q", data, pos)
+    assert struct.unpack_from("<I", data, pos + 8)[0] == masked(data[pos:pos + 8])
+    end = pos + 12 + length
+    assert struct.unpack_from("<I", data, end)[0] == masked(data[pos + 12:end])
+    pos, count = end + 4, count + 1
+  assert count == _table().num_rows

@@ -5,7 +5,8 @@ Rows are partitioned into buckets by XXH64-fingerprint({__key__}, LOG_SEED) mod 
 feature_log/bucket-BBBBB-of-NNNNN.parquet, sorted by key. Columns (manifests/feature_log.schema.json):
   key, event_time, window_start, window_end, shard_id, dropped_stage, drop_reason,
   fp_raw, fp_parse, fp_window, fp_shard, fp_serialize, fp_transform   (uint64, null when the
-  record did not reach the stage), then per transformed feature F: fp__F (uint64) and value__F.
+  record did not reach the stage), then per transformed feature F: fp__F (uint64) and value__F
+  (a scalar for one-value features, as tft.TFTransformOutput gives them; else the list).
 Each bucket also yields its digests per stage (transforms/fingerprint.combine_digest of the
 stage fingerprints present), which the run metadata carries so a diff can skip equal buckets.
 """
@@ -97,14 +98,14 @@ class _WriteBucketFn(beam.DoFn):
       tt = pa.Table.from_batches(transformed).combine_chunks()
       tt = tt.take(pc.sort_indices(tt, [(KEY, "ascending")]))
       names = sorted(n for n in tt.schema.names if n != KEY)
-      values = tt.select(names)
+      values = pa.table([_scalar_if_one_value(tt.column(n)) for n in names], names=names)
       self._write_transformed(bucket, tt.column(KEY), values)
       fps = {name: fingerprint.fingerprint_batch(values, [name]) for name in names}
       whole = fingerprint.fingerprint_batch(values)
       cols = {"key": tt.column(KEY).cast(pa.string()), "fp_transform": pa.array(whole)}
       for name in names:
         cols[f"fp__{name}"] = pa.array(fps[name])
-        cols[f"value__{name}"] = tt.column(name)
+        cols[f"value__{name}"] = values.column(name)
       right = pa.table(cols)
       # Align by key (vectorised): stage rows without a transformed row get nulls.
       idx = pc.index_in(stages.column("key"), value_set=right.column("key"))
@@ -134,18 +135,32 @@ class _WriteBucketFn(beam.DoFn):
            "digests": digests}
 
   def _write_transformed(self, bucket, keys, values):
-    """The bucket's transformed records as tf.Examples (one-value features as scalars)."""
-    flat = {KEY: keys.cast(pa.string())}
+    """The bucket's transformed records as tf.Examples."""
     for name in values.schema.names:
-      col = values.column(name).combine_chunks()
-      lengths = pc.list_value_length(col).fill_null(0)
-      if pc.max(lengths).as_py() not in (None, 0, 1):
+      if not _is_flat(values.column(name).type):
         raise ValueError(f"transformed feature {name!r} has several values per record; "
                          "only one-value features are written to transformed/")
-      flat[name] = pc.list_element(col.fill_null(pa.scalar([None], col.type)), 0)
+    table = pa.table([keys.cast(pa.string())] + list(values.columns),
+                     names=[KEY] + values.schema.names)
     path = f"transformed/bucket-{bucket:05d}-of-{self._num_buckets:05d}.tfrecord"
     with FileSystems.create(FileSystems.join(self._temp_dir, path)) as f:
-      f.write(memoryview(tfrecord.encode_tfrecord(pa.table(flat))))
+      f.write(memoryview(tfrecord.encode_tfrecord(table)))
+
+
+def _is_flat(typ):
+  return not (pa.types.is_list(typ) or pa.types.is_large_list(typ))
+
+
+def _scalar_if_one_value(column):
+  """TFT emits a one-value feature (FixedLenFeature []) as one-element lists; production's
+  tft.TFTransformOutput gives it as a scalar. Both are logged as the scalar."""
+  arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+  if _is_flat(arr.type):
+    return arr
+  lengths = pc.list_value_length(arr)
+  if arr.null_count or pc.min(lengths).as_py() != 1 or pc.max(lengths).as_py() != 1:
+    return arr
+  return arr.flatten()
 
 
 class WriteFeatureLog(beam.PTransform):

@@ -1,0 +1,85 @@
+"""Benchmark: pipelines.features vs bare TF Transform on the same data and preprocessing_fn.
+
+  python bench/features.py [--rows 1000000]
+
+Builds the bench/ingest.py input (taxi sample repeated, shifted timestamps, unique trip_id),
+ingests it once (not timed), then times in separate processes, one after the other:
+  (1) bare TFT: Parquet shards -> RecordBatches -> AnalyzeAndTransformDataset (transforms.taxi,
+      the windowed-aggregate input filled with 0) -> WriteTransformFn + transformed tf.Examples
+      (TFT's EncodeTransformedDataset, WriteToTFRecord), DirectRunner;
+  (2) pipelines.features with profiles/offline.yaml, DirectRunner.
+Prints wall times and the overhead of (2) over (1).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import ingest as ingest_bench  # noqa: E402
+
+BARE = r'''
+import sys, tempfile, pyarrow as pa, apache_beam as beam, tensorflow_transform.beam as tft_beam
+from apache_beam.io.filesystems import FileSystems
+from transforms import taxi, schema
+from transforms.key_rows import KEY
+from transforms.transform_records import to_tft_batch
+from tfx_bsl.public import tfxio
+from tensorflow_metadata.proto.v0 import schema_pb2
+import json
+src, out = sys.argv[1], sys.argv[2]
+manifest = json.load(open(src + "/manifest.json"))
+cols = [c["name"] for c in manifest["schema"]["columns"]] + ["area_trips_in_window"]
+types = {c["name"]: schema.ARROW_TYPES[c["type"]] for c in manifest["schema"]["columns"]}
+def prep(table):
+  for b in table.to_batches():
+    b = b.append_column("area_trips_in_window", pa.array([0] * b.num_rows, pa.int64()))
+    yield to_tft_batch(b, cols).select(cols)  # bare TFT: no key passthrough
+empty = pa.record_batch([pa.array([], types.get(n, pa.int64())) for n in cols] +
+                        [pa.array([], pa.large_string())], names=cols + [KEY])
+adapter = tfxio.TensorAdapterConfig(to_tft_batch(empty, cols).select(cols).schema, {n: schema_pb2.TensorRepresentation(
+    varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(column_name=n)) for n in cols})
+with beam.Pipeline() as p:
+  with tft_beam.Context(temp_dir=tempfile.mkdtemp()):
+    batches = p | beam.io.ReadFromParquetBatched(src + "/parquet/*.parquet") | beam.FlatMap(prep)
+    (data, meta), fn = (batches, adapter) | tft_beam.AnalyzeAndTransformDataset(
+        taxi.preprocessing_fn, output_record_batches=True)
+    _ = fn | tft_beam.WriteTransformFn(out + "/transform_fn")
+    _ = ((data, meta) | tft_beam.EncodeTransformedDataset()
+         | beam.io.WriteToTFRecord(out + "/transformed/part"))
+'''
+
+
+def timed(cmd):
+  start = time.monotonic()
+  subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                 env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
+  return time.monotonic() - start
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--rows", type=int, default=1_000_000)
+  args = ap.parse_args()
+  py = sys.executable
+  with tempfile.TemporaryDirectory() as d:
+    csv_path = os.path.join(d, "big.csv")
+    ingest_bench.make_input(csv_path, args.rows)
+    data = os.path.join(d, "ingest")
+    timed([py, "-m", "pipelines.ingest", "--input", csv_path, "--output_dir", data,
+           "--schema", ingest_bench.SCHEMA, "--formats", "parquet"])
+    t_bare = timed([py, "-c", BARE, data, os.path.join(d, "bare")])
+    t_features = timed([py, "-m", "pipelines.features", "--input_dir", data, "--output_dir",
+                        os.path.join(d, "features"), "--profile",
+                        os.path.join(ROOT, "profiles", "offline.yaml")])
+    print(f"rows: {args.rows}")
+    print(f"(1) bare TFT AnalyzeAndTransformDataset: {t_bare:7.1f} s")
+    print(f"(2) pipelines.features (all stages, log):  {t_features:7.1f} s")
+    print(f"overhead (2)/(1) - 1 = {t_features / t_bare - 1:+.1%}   (target <= +15%)")
+
+
+if __name__ == "__main__":
+  main()
