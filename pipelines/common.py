@@ -7,8 +7,8 @@ import sys
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
-__all__ = ["UsageError", "DataError", "OutputOptions", "parse_options", "versions",
-           "main_wrapper"]
+__all__ = ["UsageError", "DataError", "OutputOptions", "parse_options", "job_options",
+           "versions", "main_wrapper"]
 
 
 class UsageError(Exception):
@@ -51,6 +51,13 @@ def parse_options(argv):
   if unknown:
     raise UsageError(f"unknown flag(s): {' '.join(unknown)}")
   return PipelineOptions(argv)
+
+
+def job_options(argv, options_class, save_main_session):
+  """(all options, the job's own view, its OutputOptions view) from argv, strictly parsed."""
+  options = parse_options(argv or [])
+  options.view_as(pipeline_options.SetupOptions).save_main_session = save_main_session
+  return options, options.view_as(options_class), options.view_as(OutputOptions)
 
 
 def versions():

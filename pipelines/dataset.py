@@ -11,7 +11,8 @@ from transforms.write_rejected import REJECTED_PATH
 from transforms.write_shards import FORMATS
 
 __all__ = ["match_inputs", "read_header", "read_text", "describe_file", "check_output_dir",
-           "publish", "remove_tree", "summary", "load_manifest", "MANIFEST", "RESULTS",
+           "publish", "remove_tree", "move_tree", "write_atomically", "top_entries", "summary",
+           "load_manifest", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
 
 MANIFEST, RESULTS, SCHEMA_FILE = "manifest.json", "_results.json", "schema.pbtxt"
@@ -79,7 +80,7 @@ def load_manifest(output_dir):
     return json.loads(f.read().decode("utf-8"))
 
 
-def _top_entries(output_dir):
+def top_entries(output_dir):
   if not FileSystems.exists(output_dir):
     return []
   found = FileSystems.match([_join(output_dir, "*")])[0].metadata_list
@@ -99,7 +100,7 @@ def check_output_dir(output_dir, inputs, options, overwrite):
       raise UsageError(f"{output_dir} already holds a different dataset (its inputs or options "
                        "differ); pass --overwrite to replace it")
     return
-  foreign = [e for e in _top_entries(output_dir)
+  foreign = [e for e in top_entries(output_dir)
              if e not in _OWN_ENTRIES and not e.startswith(".tmp-")]
   if foreign and not overwrite:
     raise UsageError(f"{output_dir} is not empty and holds no skewtrace dataset "
@@ -111,7 +112,7 @@ def remove_tree(path):
     FileSystems.delete([path])
 
 
-def _move_tree(src_dir, dst_dir):
+def move_tree(src_dir, dst_dir):
   remove_tree(dst_dir)
   if not FileSystems.exists(src_dir):
     return
@@ -123,7 +124,7 @@ def _move_tree(src_dir, dst_dir):
   FileSystems.rename(found, [dst_dir + p[len(src_dir):] for p in found])
 
 
-def _write_atomically(path, data):
+def write_atomically(path, data):
   tmp = path + ".tmp"
   with FileSystems.create(tmp) as f:
     f.write(data)
@@ -159,16 +160,16 @@ def publish(plan, options, versions):
     raise RuntimeError(f"row accounting broken: read {read} != written {written} + "
                        f"rejected {rejected}")
   remove_tree(_join(out, MANIFEST))  # from here on the folder holds no valid dataset
-  _move_tree(_join(temp, "rejected"), _join(out, "rejected"))
+  move_tree(_join(temp, "rejected"), _join(out, "rejected"))
   fraction = rejected / read if read else 0.0
   if fraction > options["max_rejected_fraction"]:
     raise DataError(f"{rejected} of {read} rows rejected ({fraction:.2%}), more than "
                     f"--max_rejected_fraction {options['max_rejected_fraction']}; reasons in "
                     f"{_join(out, REJECTED_PATH)}; no dataset was written")
   for fmt in FORMATS:
-    _move_tree(_join(temp, fmt), _join(out, fmt))
+    move_tree(_join(temp, fmt), _join(out, fmt))
   columns = [tuple(c) for c in results["columns"]]
-  _write_atomically(_join(out, SCHEMA_FILE), schema.to_tfmd_text(columns).encode("utf-8"))
+  write_atomically(_join(out, SCHEMA_FILE), schema.to_tfmd_text(columns).encode("utf-8"))
   content = fingerprint.empty_digest()
   for s in shards:
     content = fingerprint.add_digests(content, s["digest"])
@@ -193,7 +194,7 @@ def publish(plan, options, versions):
       "versions": versions,
       "options": options,
   }
-  _write_atomically(_join(out, MANIFEST),
+  write_atomically(_join(out, MANIFEST),
                     (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"))
   return manifest
 

@@ -131,7 +131,7 @@ def _write_json(value, path):
 
 
 def _check_output_dir(output_dir, overwrite):
-  entries = [e for e in dataset._top_entries(output_dir)  # pylint: disable=protected-access
+  entries = [e for e in dataset.top_entries(output_dir)
              if not e.startswith(".tmp-")]
   if entries and not overwrite:
     raise common.UsageError(f"{output_dir} is not empty ({', '.join(entries[:5])}); pass "
@@ -145,8 +145,7 @@ def _publish(plan, temp_dir, options):
     buckets = sorted(json.loads(f.read().decode("utf-8")), key=lambda b: b["bucket"])
   dataset.remove_tree(FileSystems.join(out, RUN_METADATA))
   for sub in ("transform_fn", "transformed", "feature_log"):
-    dataset._move_tree(FileSystems.join(temp_dir, sub),  # pylint: disable=protected-access
-                       FileSystems.join(out, sub))
+    dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))
   metadata = {
       "format": "skewtrace.features/1",
       "profile": plan["profile"].to_dict(),
@@ -161,7 +160,7 @@ def _publish(plan, temp_dir, options):
       "log": {"num_buckets": plan["log_buckets"], "seed": feature_log.LOG_SEED,
               "rows": sum(b["rows"] for b in buckets), "buckets": buckets},
   }
-  dataset._write_atomically(  # pylint: disable=protected-access
+  dataset.write_atomically(
       FileSystems.join(out, RUN_METADATA),
       (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode("utf-8"))
   return metadata
@@ -170,11 +169,7 @@ def _publish(plan, temp_dir, options):
 def run(argv=None, save_main_session=True):
   """Runs the features job; returns the exit code. Raises UsageError for bad flags/input."""
   started = time.monotonic()
-  options = common.parse_options(argv or [])
-  opts = options.view_as(FeaturesOptions)
-  out = options.view_as(common.OutputOptions)
-  options.view_as(beam.options.pipeline_options.SetupOptions).save_main_session = \
-      save_main_session
+  options, opts, out = common.job_options(argv, FeaturesOptions, save_main_session)
   plan = _plan(opts, out)
   _check_output_dir(plan["output_dir"], out.overwrite)
   temp_dir = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")

@@ -181,11 +181,7 @@ def build_pipeline(plan, options):
 def run(argv=None, save_main_session=True):
   """Runs ingest; returns the exit code (0 done). Raises UsageError for bad flags or input."""
   started = time.monotonic()
-  options = common.parse_options(argv or [])
-  opts = options.view_as(IngestOptions)
-  out = options.view_as(common.OutputOptions)
-  options.view_as(beam.options.pipeline_options.SetupOptions).save_main_session = \
-      save_main_session
+  options, opts, out = common.job_options(argv, IngestOptions, save_main_session)
   plan = _plan(opts, out.output_dir)
   recorded = _recorded_options(opts, plan)
   dataset.check_output_dir(plan["output_dir"], plan["inputs"], recorded, out.overwrite)
