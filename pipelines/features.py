@@ -21,9 +21,10 @@ import pyarrow as pa
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, verify
-from transforms import feature_log, profile as profiles, schema
+from transforms import analyze, feature_log, profile as profiles, schema
 from transforms.key_rows import KEY
 from transforms.serialize_records import SerializeRecords
 from transforms.shard_records import ShardRecords
@@ -89,10 +90,6 @@ def _plan(opts, out_opts):
           "output_dir": out_opts.output_dir, "log_buckets": opts.log_buckets}
 
 
-def _read_batches(table):
-  return table.to_batches()
-
-
 def build_pipeline(plan, options, temp_dir):
   """The un-run features Pipeline (outputs under temp_dir)."""
   prof = plan["profile"]
@@ -104,9 +101,8 @@ def build_pipeline(plan, options, temp_dir):
       [pa.array([], pa.large_string())], names=value_columns + [KEY]), value_columns).schema
   p = beam.Pipeline(options=options)
   pattern = FileSystems.join(plan["input_dir"], "parquet", "*.parquet")
-  batches = (p
-             | "ReadShards" >> beam.io.ReadFromParquetBatched(pattern)
-             | "ToRecordBatches" >> beam.FlatMap(_read_batches))
+  batches = p | "ReadShards" >> ParquetTFXIO(
+      pattern, telemetry_descriptors=["skewtrace", "features"]).BeamSource()
   windowed = batches | "Window" >> WindowRecords(module.EVENT_TIME_COLUMN,
                                                  module.WINDOWED_AGGREGATES, prof)
   staged = (windowed["kept"]
@@ -157,6 +153,7 @@ def _publish(plan, temp_dir, options):
       "versions": common.versions(),
       "runner": str(options.view_as(StandardOptions).runner or "DirectRunner"),
       "stages": list(feature_log.STAGES),
+      "analyze": analyze.analyze_fingerprints(FileSystems.join(out, "transform_fn")),
       "log": {"num_buckets": plan["log_buckets"], "seed": feature_log.LOG_SEED,
               "rows": sum(b["rows"] for b in buckets), "buckets": buckets},
   }

@@ -48,9 +48,7 @@ def _decoded_digest(entry, data, columns):
       raise ValueError(f"columns {table.schema.names} differ from the schema")
     values = table.select(names)
   else:
-    records = tfrecord.read_records(data)
-    values = tfrecord.decode_examples(
-        records, [(n, schema.ARROW_TYPES[t]) for n, t in columns])
+    values = tfrecord.decode_tfrecord(data, [(n, schema.ARROW_TYPES[t]) for n, t in columns])
   return values.num_rows, fingerprint.combine_digest(fingerprint.fingerprint_batch(values))
 
 

@@ -34,7 +34,8 @@ def taxi_runs(tmp_path_factory):
   return out
 
 
-FEATURE_RUNNERS = {"direct": [], "portable_embed": RUNNERS["portable_embed"]}
+FEATURE_RUNNERS = {"direct": [], "multi_processing": RUNNERS["multi_processing"],
+                   "portable_embed": RUNNERS["portable_embed"]}
 
 
 def features(input_dir, output_dir, *args, profile="offline.yaml"):
@@ -47,7 +48,7 @@ def features(input_dir, output_dir, *args, profile="offline.yaml"):
 
 @pytest.fixture(scope="session")
 def taxi_features(taxi_runs, tmp_path_factory):
-  """pipelines.features over the taxi ingest, offline profile, on DirectRunner and embed."""
+  """pipelines.features over the taxi ingest, offline profile, on each runner."""
   return {name: features(taxi_runs["direct"], tmp_path_factory.mktemp("features_" + name),
                          *flags)
           for name, flags in FEATURE_RUNNERS.items()}

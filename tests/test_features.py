@@ -71,10 +71,42 @@ def test_run_metadata_carries_profile_versions_and_bucket_digests(taxi_features)
   assert summed == total
 
 
-def test_identical_bytes_on_direct_and_portable_runner(taxi_features):
+def test_identical_bytes_on_every_runner(taxi_features):
   hashes = {name: _file_hashes(root) for name, root in taxi_features.items()}
   assert len(hashes["direct"]) == 32
+  assert hashes["multi_processing"] == hashes["direct"]
   assert hashes["portable_embed"] == hashes["direct"]
+  metas = {name: json.load(open(os.path.join(root, "run_metadata.json")))
+           for name, root in taxi_features.items()}
+  for name in ("multi_processing", "portable_embed"):
+    assert metas[name]["log"] == metas["direct"]["log"]
+    # Exact here: mean/var and quantiles come out bit-identical on every runner for this input
+    # (docs/fingerprint.md says when they may not).
+    assert metas[name]["analyze"] == metas["direct"]["analyze"]
+
+
+def test_analyze_stage_fingerprints_each_analyzer_output(taxi_features, taxi_runs):
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  import tensorflow_transform as tft
+  from transforms import fingerprint
+  root = taxi_features["direct"]
+  analyze = json.load(open(os.path.join(root, "run_metadata.json")))["analyze"]["analyzers"]
+  out = tft.TFTransformOutput(os.path.join(root, "transform_fn"))
+  with open(out.vocabulary_file_by_name("payment_type"), "rb") as f:
+    vocab = f.read()
+  assert analyze["vocabulary/payment_type"]["fingerprint"] == \
+      f"{fingerprint.fingerprint_record({'value': vocab}):016x}"
+  # One z-score mean is the mean of trip_miles as TFT saw it (after the float32 round trip).
+  miles = pa.concat_tables([pq.read_table(p, columns=["trip_miles"]) for p in glob.glob(
+      os.path.join(taxi_runs["direct"], "parquet", "*.parquet"))]).column(0)
+  miles = miles.drop_null().cast(pa.float32()).cast(pa.float64()).to_numpy()
+  means = [a["values"][0] for name, a in analyze.items()
+           if name.startswith("scale_to_z_score") and name.endswith("_sub_y")]
+  assert len(means) == 4
+  assert min(abs(m - miles.mean()) for m in means) < 1e-5 * abs(miles.mean())
+  boundaries = [a for name, a in analyze.items() if name.startswith("bucketize")]
+  assert len(boundaries) == 4 and all(b["shape"] == [1, 9] for b in boundaries)
 
 
 def _bad_profile(tmp_path):

@@ -41,7 +41,10 @@ def bucket_path(bucket, num_buckets):
   return f"feature_log/bucket-{bucket:05d}-of-{num_buckets:05d}.parquet"
 
 
-def _split(batch, num_buckets):
+def _split(batch, num_buckets, columns=None):
+  """(bucket, the bucket's rows) for each bucket in the batch; only `columns` are kept."""
+  if columns is not None:
+    batch = batch.select(columns)
   buckets = bucket_of(batch.column(KEY), num_buckets)
   for b in np.unique(buckets):
     yield int(b), batch.filter(pa.array(buckets == b))
@@ -174,9 +177,13 @@ class WriteFeatureLog(beam.PTransform):
   def expand(self, pcolls):
     stages, dropped, transformed = pcolls
     n = self._num_buckets
+    event = self._args[2]
+    stage_columns = [KEY, event, "__window_start__", "__window_end__", "__shard_id__"] + \
+        list(STAGE_COLUMNS.values())
+    dropped_columns = [KEY, event, "__drop_reason__", RAW_FP, FP]
     keyed = {
-        "stages": stages | "BucketStages" >> beam.FlatMap(_split, n),
-        "dropped": dropped | "BucketDropped" >> beam.FlatMap(_split, n),
+        "stages": stages | "BucketStages" >> beam.FlatMap(_split, n, stage_columns),
+        "dropped": dropped | "BucketDropped" >> beam.FlatMap(_split, n, dropped_columns),
         "transformed": transformed | "BucketTransformed" >> beam.FlatMap(_split, n),
     }
     return (keyed | "GroupByBucket" >> beam.CoGroupByKey()

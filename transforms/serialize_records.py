@@ -23,8 +23,7 @@ def round_trip(table, profile):
   """The table's columns as decoded from the profile's serialized form (same names/order)."""
   columns = [(f.name, f.type) for f in table.schema]
   if profile.serialization_format == "tfrecord":
-    records = tfrecord.read_records(tfrecord.encode_tfrecord(table).tobytes())
-    return tfrecord.decode_examples(records, columns)
+    return tfrecord.decode_tfrecord(tfrecord.encode_tfrecord(table), columns)
   if profile.float_dtype == "float32":
     table = pa.table([c.cast(pa.float32()) if pa.types.is_floating(c.type) else c
                       for c in table.columns], names=table.schema.names)

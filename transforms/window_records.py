@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from transforms import fingerprint
 
 __all__ = ["WindowRecords", "assign_windows", "window_counts", "join_counts", "WINDOW_START",
-           "WINDOW_END", "WINDOW_FP", "DROPPED", "DROP_REASON"]
+           "WINDOW_END", "WINDOW_FP", "DROPPED", "DROP_REASON", "SumCounts"]
 
 WINDOW_START, WINDOW_END, WINDOW_FP = "__window_start__", "__window_end__", "__window_fp__"
 DROPPED, DROP_REASON = "dropped", "__drop_reason__"
@@ -49,37 +49,62 @@ def assign_windows(batch, event_column, profile, watermark):
   return kept, dropped
 
 
+COUNT_SCHEMA = pa.schema([("g", pa.string()), ("gnull", pa.bool_()), ("e", pa.int64()),
+                          ("n", pa.int64())])
+_GROUP = ["g", "gnull", "e"]
+
+
+def _sum_counts(tables):
+  """One counts table (sorted by group, window end) from partial ones."""
+  table = pa.concat_tables([pa.table(COUNT_SCHEMA.empty_table())] + list(tables))
+  summed = table.group_by(_GROUP).aggregate([("n", "sum")]).rename_columns(
+      {"n_sum": "n"}).select(COUNT_SCHEMA.names).cast(COUNT_SCHEMA)
+  return summed.take(pc.sort_indices(summed, [(c, "ascending") for c in _GROUP]))
+
+
 def window_counts(batch, group_column, profile):
-  """Partial counts [((group text | None, window end), n)] of a windowed batch.
+  """Partial counts of a windowed batch: a table (g: group text or "", gnull: group is null,
+  e: window end, n: records). Arrow joins never match nulls, so null is its own flag.
 
   A sliding-window record counts in every window containing it (size / period of them).
   """
   groups = batch.column(group_column).cast(pa.string())
   end = batch.column(WINDOW_END).to_numpy()
   copies = profile.window_size // profile.window_period
-  ends = (end[:, None] + np.arange(copies)[None, :] * profile.window_period).ravel()
-  table = pa.table({"g": pc.take(groups, pa.array(np.repeat(np.arange(len(end)), copies))),
-                    "e": ends})
-  counted = table.group_by(["g", "e"]).aggregate([("e", "count")])
-  return list(zip(zip(counted.column("g").to_pylist(), counted.column("e").to_pylist()),
-                  counted.column("e_count").to_pylist()))
+  rows = pa.array(np.repeat(np.arange(len(end)), copies))
+  groups = pc.take(groups, rows)
+  table = pa.table({"g": groups.fill_null(""), "gnull": groups.is_null(),
+                    "e": (end[:, None] + np.arange(copies)[None, :] * profile.window_period)
+                    .ravel(), "n": np.ones(len(rows), dtype=np.int64)})
+  return _sum_counts([table])
+
+
+class SumCounts(beam.CombineFn):
+  """Partial counts tables -> their sum (a CombineFn, so it scales as a combiner lifts)."""
+
+  def create_accumulator(self):
+    return []
+
+  def add_input(self, acc, table):
+    acc.append(table)
+    return [_sum_counts(acc)] if len(acc) >= 32 else acc
+
+  def merge_accumulators(self, accumulators):
+    return [_sum_counts([t for acc in accumulators for t in acc])]
+
+  def extract_output(self, acc):
+    return _sum_counts(acc)
 
 
 def join_counts(batch, group_column, name, counts):
-  """batch + int64 column `name`: the count of its (group, window end), by a vectorised join.
-
-  Arrow joins never match nulls, so the group joins as (text or "", is-null) pairs.
-  """
+  """batch + int64 column `name`: the count of its (group, window end), by a vectorised join
+  with a counts table (window_counts / SumCounts)."""
   groups = batch.column(group_column).cast(pa.string())
-  table = pa.table({"__row__": np.arange(batch.num_rows), "__g__": groups.fill_null(""),
-                    "__gnull__": groups.is_null(), WINDOW_END: batch.column(WINDOW_END)})
-  lookup = pa.table({"__g__": pa.array([g or "" for (g, _), _ in counts], pa.string()),
-                     "__gnull__": pa.array([g is None for (g, _), _ in counts], pa.bool_()),
-                     WINDOW_END: pa.array([e for (_, e), _ in counts], pa.int64()),
-                     name: pa.array([c for _, c in counts], pa.int64())})
-  joined = table.join(lookup, ["__g__", "__gnull__", WINDOW_END], join_type="left outer")
+  table = pa.table({"__row__": np.arange(batch.num_rows), "g": groups.fill_null(""),
+                    "gnull": groups.is_null(), "e": batch.column(WINDOW_END)})
+  joined = table.join(counts.rename_columns({"n": "__n__"}), _GROUP, join_type="left outer")
   joined = joined.take(pc.sort_indices(joined, [("__row__", "ascending")]))
-  return batch.append_column(name, joined.column(name).combine_chunks().fill_null(0))
+  return batch.append_column(name, joined.column("__n__").combine_chunks().fill_null(0))
 
 
 class _AssignFn(beam.DoFn):
@@ -88,7 +113,7 @@ class _AssignFn(beam.DoFn):
     self._event_column = event_column
     self._profile = profile
 
-  def process(self, batch, watermark):
+  def process(self, batch, watermark=None):
     kept, dropped = assign_windows(batch, self._event_column, self._profile, watermark)
     if dropped.num_rows:
       yield beam.pvalue.TaggedOutput(DROPPED, dropped)
@@ -121,20 +146,24 @@ class WindowRecords(beam.PTransform):
     for agg in self._aggregates:
       if agg.get("fn") != "count":
         raise ValueError(f"aggregate {agg.get('name')!r}: only fn 'count' is supported")
-    watermark = (batches
-                 | "EventTimeMax" >> beam.Map(
-                     lambda b, c=self._event_column: pc.max(b.column(c)).as_py())
-                 | "Watermark" >> beam.CombineGlobally(
-                     lambda vs: max((v for v in vs if v is not None), default=None)))
+    if self._profile.allowed_lateness is None:  # no record can be late: no watermark needed
+      watermark = None
+    else:
+      watermark = beam.pvalue.AsSingleton(
+          batches
+          | "EventTimeMax" >> beam.Map(
+              lambda b, c=self._event_column: pc.max(b.column(c)).as_py())
+          | "Watermark" >> beam.CombineGlobally(
+              lambda vs: max((v for v in vs if v is not None), default=None)))
     assigned = batches | "Assign" >> beam.ParDo(
-        _AssignFn(self._event_column, self._profile),
-        beam.pvalue.AsSingleton(watermark)).with_outputs(DROPPED, main="kept")
+        _AssignFn(self._event_column, self._profile), watermark).with_outputs(
+            DROPPED, main="kept")
     counts = {}
     for i, agg in enumerate(self._aggregates):
-      counts[agg["name"]] = beam.pvalue.AsList(
+      counts[agg["name"]] = beam.pvalue.AsSingleton(
           assigned.kept
-          | f"PartialCounts{i}" >> beam.FlatMap(window_counts, agg["group_by"], self._profile)
-          | f"SumCounts{i}" >> beam.CombinePerKey(sum))
+          | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile)
+          | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()))
     joined = assigned.kept | "JoinAggregates" >> beam.ParDo(_JoinFn(self._aggregates),
                                                              **counts)
     return {"kept": joined, DROPPED: assigned[DROPPED]}

@@ -1,0 +1,102 @@
+"""The `analyze` stage: fingerprints of every TFT analyzer output in a transform_fn.
+
+Per run, not per record. A transform_fn (tft.TFTransformOutput's directory) holds the analyzer
+outputs two ways, and both are read back from what was written -- the same code serves the
+offline pipeline and the production logger:
+  - numeric analyzers (mean/var of scale_to_z_score, quantile boundaries of bucketize, vocabulary
+    sizes, ...) are tensors captured by the saved transform function. Each is named after the
+    op that consumes it inside the function (e.g. `scale_to_z_score_sub_y` is the mean
+    subtracted by scale_to_z_score, `bucketize_apply_buckets` the bucket boundaries), with
+    TensorFlow's unique-id suffixes removed and duplicates numbered in order.
+  - vocabularies are asset files: `vocabulary/<file name>`, fingerprinted over the file bytes.
+Each output's fingerprint is transforms.fingerprint of {"dtype", "shape", "value"} (numeric) or
+{"value": file bytes} (vocabulary); `fingerprint` covers all of them (by name), and
+`definition` only their names, dtypes and shapes -- what the preprocessing_fn declares, not
+what the data gave. A diff tells "analyzed on other data" (values differ, definition equal)
+from "a changed preprocessing_fn" (definition differs).
+"""
+import os
+import re
+
+import numpy as np
+
+from transforms import fingerprint
+
+__all__ = ["analyzer_outputs", "analyze_fingerprints"]
+
+_UID = re.compile(r"_\d+$")
+_SMALL = 64  # outputs with at most this many values are kept in the run metadata
+
+
+def _capture_names(concrete):
+  """Names of the captured inputs of a loaded signature, from its inner function's arguments."""
+  graph_def = concrete.graph.as_graph_def()
+  calls = [n for n in graph_def.node if n.op in ("StatefulPartitionedCall", "PartitionedCall")]
+  if len(calls) != 1:
+    raise ValueError(f"unexpected transform_fn graph: {len(calls)} function calls")
+  fname = calls[0].attr["f"].func.name
+  fdef = next(f for f in graph_def.library.function if f.signature.name == fname)
+  n = len(concrete.captured_inputs)
+  return [a.name for a in fdef.signature.input_arg][len(fdef.signature.input_arg) - n:]
+
+
+def analyzer_outputs(transform_fn_dir):
+  """[(name, value)] of the transform_fn's analyzer outputs, sorted by name.
+
+  value: a numpy array (numeric analyzers) or bytes (a vocabulary file).
+  """
+  import tensorflow as tf
+  model_dir = os.path.join(transform_fn_dir, "transform_fn")
+  loaded = tf.saved_model.load(model_dir)
+  concrete = loaded.signatures["serving_default"]
+  out, seen = [], {}
+  for name, tensor in zip(_capture_names(concrete), concrete.captured_inputs):
+    if tensor.dtype == tf.resource:  # lookup tables: their vocabulary file is fingerprinted
+      continue
+    base = _UID.sub("", name) if name.rsplit("_", 1)[-1].isdigit() and \
+        not name.endswith(("_x", "_y")) else name
+    seen[base] = seen.get(base, 0) + 1
+    label = base if seen[base] == 1 else f"{base}#{seen[base]}"
+    out.append((label, np.asarray(tensor.numpy())))
+  assets = os.path.join(model_dir, "assets")
+  if os.path.isdir(assets):
+    for fname in sorted(os.listdir(assets)):
+      with open(os.path.join(assets, fname), "rb") as f:
+        out.append((f"vocabulary/{fname}", f.read()))
+  return sorted(out, key=lambda kv: kv[0].encode("utf-8"))
+
+
+def _record(value):
+  if isinstance(value, bytes):
+    return {"value": value}
+  flat = value.ravel()
+  if flat.dtype.kind == "f":
+    values = [float(v) for v in flat.astype(np.float64)]
+  elif flat.dtype.kind in "iu":
+    values = [int(v) for v in flat]
+  else:
+    values = [v if isinstance(v, bytes) else str(v).encode("utf-8") for v in flat]
+  return {"dtype": str(value.dtype), "shape": list(value.shape), "value": values}
+
+
+def analyze_fingerprints(transform_fn_dir):
+  """The analyze stage of a transform_fn, as the run metadata carries it:
+  {"fingerprint": hex, "definition": hex, "analyzers": {name: {"fingerprint": hex, ...}}}."""
+  analyzers, whole, definition = {}, {}, {}
+  for name, value in analyzer_outputs(transform_fn_dir):
+    record = _record(value)
+    fp = fingerprint.fingerprint_record(record)
+    entry = {"fingerprint": f"{fp:016x}"}
+    if isinstance(value, bytes):
+      entry["lines"] = value.count(b"\n") + (0 if value.endswith(b"\n") or not value else 1)
+      definition[name] = "vocabulary"
+    else:
+      entry.update(dtype=record["dtype"], shape=record["shape"])
+      if len(record["value"]) <= _SMALL and record["dtype"] != "object":
+        entry["values"] = record["value"]
+      definition[name] = f"{record['dtype']}{record['shape']}"
+    analyzers[name] = entry
+    whole[name] = entry["fingerprint"]
+  return {"fingerprint": f"{fingerprint.fingerprint_record(whole):016x}",
+          "definition": f"{fingerprint.fingerprint_record(definition):016x}",
+          "analyzers": analyzers}
