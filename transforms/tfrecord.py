@@ -458,6 +458,27 @@ def _list_values(buf, pos, end, kind, row, col, count, bits, spans):
   return 0
 
 
+@numba.njit(inline="always")
+def _next_field1(buf, pos, end):
+  """Skips unknown fields of buf[pos:end] up to the next field 1 (LEN): (1, start, stop) of its
+  bytes; (0, end, end) when there is none; (-1, ..) when malformed."""
+  while pos < end:
+    tag, pos = _get_varint(buf, pos, end)
+    if pos < 0:
+      return -1, 0, 0
+    if tag != 0x0A:
+      pos = _skip(buf, pos, end, tag & np.uint64(7))
+      if pos < 0:
+        return -1, 0, 0
+      continue
+    n, pos = _get_varint(buf, pos, end)
+    stop = pos + np.int64(n)
+    if pos < 0 or stop > end:
+      return -1, 0, 0
+    return 1, pos, stop
+  return 0, end, end
+
+
 @numba.njit(cache=True, nogil=True)
 def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
   """Fills count/bits/spans [row, column] from the Examples buf[starts[i]:ends[i]].
@@ -468,32 +489,18 @@ def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
   for row in range(starts.size):
     pos, end = starts[row], ends[row]
     hint = 0
-    while pos < end:  # Example
-      tag, pos = _get_varint(buf, pos, end)
-      if pos < 0:
+    while pos < end:  # Example: `features` is field 1
+      found, pos, fend = _next_field1(buf, pos, end)
+      if found < 0:
         return 1, row
-      if tag != 0x0A:  # not `features` (field 1, LEN)
-        pos = _skip(buf, pos, end, tag & np.uint64(7))
-        if pos < 0:
-          return 1, row
-        continue
-      n, pos = _get_varint(buf, pos, end)
-      fend = pos + np.int64(n)
-      if pos < 0 or fend > end:
-        return 1, row
+      if found == 0:
+        break
       while pos < fend:  # Features: repeated map entry (field 1)
-        tag, pos = _get_varint(buf, pos, fend)
-        if pos < 0:
+        found, pos, eend = _next_field1(buf, pos, fend)
+        if found < 0:
           return 1, row
-        if tag != 0x0A:
-          pos = _skip(buf, pos, fend, tag & np.uint64(7))
-          if pos < 0:
-            return 1, row
-          continue
-        n, pos = _get_varint(buf, pos, fend)
-        eend = pos + np.int64(n)
-        if pos < 0 or eend > fend:
-          return 1, row
+        if found == 0:
+          break
         col = -1
         vlo = -1
         vhi = -1
