@@ -8,10 +8,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from tfx_bsl.coders import example_coder
 
-__all__ = ["encode_tfrecord", "decode_tfrecord", "read_records", "decode_examples",
-           "TFRecordError"]
+__all__ = ["encode_tfrecord", "decode_tfrecord", "read_records", "TFRecordError"]
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -306,35 +304,6 @@ def read_records(data):
   array = pa.Array.from_buffers(pa.large_binary(), len(starts),
                                 [None, pa.py_buffer(offsets), pa.py_buffer(buf[data_bytes])])
   return array.to_pylist()
-
-
-def decode_examples(records, columns):
-  """A table of flat columns [(name, arrow type)] from serialized tf.Examples.
-
-  FLOAT columns come back as the float32 values widened to float64.
-  """
-  if not records:
-    return pa.table({name: pa.array([], typ) for name, typ in columns})
-  batch = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(records)
-  arrays = []
-  for name, typ in columns:
-    idx = batch.schema.get_field_index(name)
-    if idx < 0:
-      arrays.append(pa.nulls(len(records), typ))
-      continue
-    lists = batch.column(idx)
-    lengths = pc.list_value_length(lists).fill_null(0)
-    if pc.max(lengths).as_py() > 1:
-      raise TFRecordError(f"feature {name!r} has more than one value")
-    flat = pc.list_element(lists.fill_null(pa.scalar([None], lists.type)), 0) \
-        if len(lists) else lists.flatten()
-    flat = pc.if_else(pc.equal(lengths, 0), pa.scalar(None, flat.type), flat)
-    if pa.types.is_string(typ):
-      flat = flat.cast(pa.large_binary()).cast(pa.large_string()).cast(typ)
-    else:
-      flat = flat.cast(typ)
-    arrays.append(flat)
-  return pa.table(arrays, names=[name for name, _ in columns])
 
 
 # -- decoding without Python objects per record ------------------------------------------------
