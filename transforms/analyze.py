@@ -53,8 +53,7 @@ def analyzer_outputs(transform_fn_dir):
   for name, tensor in zip(_capture_names(concrete), concrete.captured_inputs):
     if tensor.dtype == tf.resource:  # lookup tables: their vocabulary file is fingerprinted
       continue
-    base = _UID.sub("", name) if name.rsplit("_", 1)[-1].isdigit() and \
-        not name.endswith(("_x", "_y")) else name
+    base = _UID.sub("", name)
     seen[base] = seen.get(base, 0) + 1
     label = base if seen[base] == 1 else f"{base}#{seen[base]}"
     out.append((label, np.asarray(tensor.numpy())))
