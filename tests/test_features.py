@@ -55,9 +55,12 @@ def test_transform_fn_loads_and_transformed_examples_are_written(taxi_features):
   assert sum(1 for _ in tf.data.TFRecordDataset(files)) == 15002
 
 
-def test_run_metadata_carries_profile_versions_and_bucket_digests(taxi_features):
+def test_run_metadata_carries_profile_versions_and_bucket_digests(taxi_features, taxi_runs):
   meta = json.load(open(os.path.join(taxi_features["direct"], "run_metadata.json")))
   assert meta["profile"]["windowing"]["size_seconds"] == 3600
+  manifest = json.load(open(os.path.join(taxi_runs["direct"], "manifest.json")))
+  assert meta["input"]["key_columns"] == manifest["options"]["key_columns"] == []
+  assert meta["input"]["content_digest"] == manifest["content_digest"]
   assert meta["log"]["rows"] == 15002 and len(meta["log"]["buckets"]) == 16
   log = _log(taxi_features["direct"])
   from transforms import fingerprint
@@ -150,7 +153,12 @@ def test_log_rows_and_run_metadata_match_their_json_schemas(taxi_features):
   import jsonschema
   root = taxi_features["direct"]
   with open(os.path.join(ROOT, "manifests", "run_metadata.schema.json")) as f:
-    jsonschema.validate(json.load(open(os.path.join(root, "run_metadata.json"))), json.load(f))
+    meta_schema = json.load(f)
+  meta = json.load(open(os.path.join(root, "run_metadata.json")))
+  jsonschema.validate(meta, meta_schema)
+  del meta["input"]["key_columns"]  # the production logger relies on it being there
+  with pytest.raises(jsonschema.ValidationError, match="key_columns"):
+    jsonschema.validate(meta, meta_schema)
   with open(os.path.join(ROOT, "manifests", "feature_log.schema.json")) as f:
     row_schema = json.load(f)
   for row in _log(root).slice(0, 200).to_pylist():
