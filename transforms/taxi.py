@@ -44,27 +44,34 @@ def _fill_in_missing(x):
   return tf.squeeze(x, axis=1) if x.shape.rank == 2 else x
 
 
+def _to_number(x, dtype):
+  """A dense numeric [batch] tensor; a numeric column that arrives typed as text (an upstream
+  schema change) is parsed rather than failing the whole job, so the skew stays diagnosable."""
+  x = _fill_in_missing(x)
+  if x.dtype == tf.string:
+    return tf.strings.to_number(tf.where(tf.equal(x, ""), "0", x), dtype)
+  return tf.cast(x, dtype)
+
+
 def preprocessing_fn(inputs):
   """TFT's taxi features plus a z-scored windowed aggregate."""
   outputs = {}
   for key in _DENSE_FLOAT_FEATURE_KEYS:
-    outputs[key + "_z"] = tft.scale_to_z_score(tf.cast(_fill_in_missing(inputs[key]),
-                                                       tf.float32))
+    outputs[key + "_z"] = tft.scale_to_z_score(_to_number(inputs[key], tf.float32))
   for key in _VOCAB_FEATURE_KEYS:
     outputs[key + "_id"] = tft.compute_and_apply_vocabulary(
         _fill_in_missing(inputs[key]), top_k=_VOCAB_SIZE, num_oov_buckets=_OOV_SIZE,
         vocab_filename=key)
   for key in _BUCKET_FEATURE_KEYS:
     outputs[key + "_bucket"] = tft.bucketize(
-        tf.cast(_fill_in_missing(inputs[key]), tf.float32), _FEATURE_BUCKET_COUNT)
+        _to_number(inputs[key], tf.float32), _FEATURE_BUCKET_COUNT)
   for key in _CATEGORICAL_FEATURE_KEYS:
-    outputs[key] = tf.cast(_fill_in_missing(inputs[key]), tf.int64)
+    outputs[key] = _to_number(inputs[key], tf.int64)
   for aggregate in WINDOWED_AGGREGATES:
     name = aggregate["name"]
-    outputs[name + "_z"] = tft.scale_to_z_score(
-        tf.cast(_fill_in_missing(inputs[name]), tf.float32))
-  fare = tf.cast(_fill_in_missing(inputs[_FARE_KEY]), tf.float32)
-  tips = tf.cast(_fill_in_missing(inputs[_LABEL_KEY]), tf.float32)
+    outputs[name + "_z"] = tft.scale_to_z_score(_to_number(inputs[name], tf.float32))
+  fare = _to_number(inputs[_FARE_KEY], tf.float32)
+  tips = _to_number(inputs[_LABEL_KEY], tf.float32)
   outputs["label"] = tf.where(tf.math.is_nan(fare), tf.zeros_like(fare, dtype=tf.int64),
                               tf.cast(tf.greater(tips, fare * 0.2), tf.int64))
   return outputs
