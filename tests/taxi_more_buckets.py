@@ -6,9 +6,4 @@ __all__ = ["KEY_COLUMNS", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES", "preproces
 
 
 def preprocessing_fn(inputs):
-  saved = taxi._FEATURE_BUCKET_COUNT  # pylint: disable=protected-access
-  taxi._FEATURE_BUCKET_COUNT = 20  # pylint: disable=protected-access
-  try:
-    return taxi.preprocessing_fn(inputs)
-  finally:
-    taxi._FEATURE_BUCKET_COUNT = saved  # pylint: disable=protected-access
+  return taxi.preprocessing_fn(inputs, bucket_count=20)

@@ -53,7 +53,7 @@ def _to_number(x, dtype):
   return tf.cast(x, dtype)
 
 
-def preprocessing_fn(inputs):
+def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT):
   """TFT's taxi features plus a z-scored windowed aggregate."""
   outputs = {}
   for key in _DENSE_FLOAT_FEATURE_KEYS:
@@ -64,7 +64,7 @@ def preprocessing_fn(inputs):
         vocab_filename=key)
   for key in _BUCKET_FEATURE_KEYS:
     outputs[key + "_bucket"] = tft.bucketize(
-        _to_number(inputs[key], tf.float32), _FEATURE_BUCKET_COUNT)
+        _to_number(inputs[key], tf.float32), bucket_count)
   for key in _CATEGORICAL_FEATURE_KEYS:
     outputs[key] = _to_number(inputs[key], tf.int64)
   for aggregate in WINDOWED_AGGREGATES:
