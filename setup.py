@@ -25,7 +25,12 @@ TEST = [
     "pytest==9.2.0",
     "hypothesis==6.170.15",
     "psutil==7.2.2",
-    "pandas==3.1.1",
+    "pandas==3.0.6",  # datacompy (bench) requires pandas < 3.1
+]
+
+# Benchmarks only (bench/replay.py compares against datacompy).
+BENCH = [
+    "datacompy==1.1.0",
 ]
 
 setuptools.setup(
@@ -37,5 +42,5 @@ setuptools.setup(
     package_data={"": ["*.json"]},
     python_requires=">=3.11,<3.12",
     install_requires=REQUIRED,
-    extras_require={"test": TEST},
+    extras_require={"test": TEST, "bench": TEST + BENCH},
 )
