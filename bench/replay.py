@@ -1,0 +1,170 @@
+"""Benchmark: replay.diff vs a per-element Beam diff and datacompy, on 1M vs 1M logged records.
+
+  python bench/replay.py [--rows 1000000] [--divergent 0.01]
+
+Builds the bench/ingest.py input (taxi sample repeated, unique trip_id key), ingests it and runs
+pipelines.features once (not timed): that feature log is the offline side. The production side
+is a copy in which a deterministic 1% of the records (XXH64(key) mod 100 == 0) carry a changed
+window-stage fingerprint and a changed transformed value, with the bucket digests recomputed --
+what a window fault leaves in a log. Then, each in its own process, one after the other,
+whole-process wall time (imports included):
+  (1) replay.diff, 1%-divergent production side, DirectRunner;
+  (2) replay.diff, identical logs (every bucket skipped by its digests);
+  (a) the TFDV skew-detector design: ReadFromParquet of dict records on both sides,
+      CoGroupByKey by key, per-element comparison of every column, counters; DirectRunner;
+  (b) datacompy: both logs loaded into pandas, datacompy.Compare on the key.
+Targets: (a)/(1) >= 20; (1)/(b) <= 2; (2)/(1) <= 0.1.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import ingest as ingest_bench  # noqa: E402
+
+PER_ELEMENT = r'''
+import glob, sys, apache_beam as beam
+off, prod, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def key(d): return d["key"], d
+def compare(kv):
+  key, g = kv
+  o, p = list(g["o"]), list(g["p"])
+  if not o or not p:
+    yield "one_side"; return
+  o, p = o[0], p[0]
+  diff = [c for c in o if c != "key" and o[c] != p.get(c)]
+  yield "divergent" if diff else "identical"
+  for c in diff:
+    yield "feature:" + c
+with beam.Pipeline() as pl:
+  o = pl | "ReadO" >> beam.io.ReadFromParquet(off + "/feature_log/*.parquet") | "KeyO" >> beam.Map(key)
+  p = pl | "ReadP" >> beam.io.ReadFromParquet(prod + "/feature_log/*.parquet") | "KeyP" >> beam.Map(key)
+  _ = ({"o": o, "p": p} | beam.CoGroupByKey() | beam.FlatMap(compare)
+       | beam.combiners.Count.PerElement() | beam.combiners.ToList()
+       | beam.Map(lambda kv: open(out, "w").write(repr(sorted(kv)))))
+'''
+
+DATACOMPY = r'''
+import glob, sys, pandas as pd, datacompy
+off, prod, out = sys.argv[1], sys.argv[2], sys.argv[3]
+def load(d):
+  return pd.concat([pd.read_parquet(p) for p in sorted(glob.glob(d + "/feature_log/*.parquet"))],
+                   ignore_index=True)
+c = datacompy.Compare(load(off), load(prod), join_columns="key")
+open(out, "w").write(f"{c.count_matching_rows()} {len(c.df1_unq_rows)} {len(c.df2_unq_rows)}")
+'''
+
+
+def timed(cmd):
+  """(wall seconds, peak RSS MiB of the process tree) of one command."""
+  start = time.monotonic()
+  proc = psutil.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                      env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
+                               PYTHONHASHSEED="0"))
+  peak = 0
+  while proc.poll() is None:
+    try:
+      rss = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(True))
+      peak = max(peak, rss)
+    except psutil.Error:
+      pass
+    time.sleep(0.05)
+  elapsed = time.monotonic() - start
+  if proc.returncode not in (0, 1):
+    raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
+  return elapsed, peak / 2**20
+
+
+def make_production(offline, production, fraction):
+  """A copy of `offline` with `fraction` of the kept records changed at the window stage."""
+  import numpy as np
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  from transforms import fingerprint
+  shutil.copytree(offline, production)
+  meta_path = os.path.join(production, "run_metadata.json")
+  with open(meta_path) as f:
+    meta = json.load(f)
+  modulus = np.uint64(round(1 / fraction))
+  changed = 0
+  for b in meta["log"]["buckets"]:
+    path = os.path.join(production, b["path"])
+    log = pq.read_table(path)
+    keys = pa.record_batch([log.column("key")], names=["k"])
+    hit = (fingerprint.fingerprint_batch(keys) % modulus == 0) & \
+        log.column("dropped_stage").is_null().to_numpy(zero_copy_only=False)
+    changed += int(hit.sum())
+
+    def bump(name, delta, log=log):
+      col = log.column(name).combine_chunks()
+      values = col.fill_null(0).to_numpy(zero_copy_only=False).copy()
+      with np.errstate(over="ignore"):
+        values[hit] = values[hit] + delta
+      return log.set_column(log.schema.get_field_index(name), name,
+                            pa.array(values, col.type, mask=col.is_null().to_numpy(
+                                zero_copy_only=False)))
+
+    for name in ("window_start", "window_end"):
+      log = bump(name, 1800)
+    log = bump("fp_window", np.uint64(1))
+    value = next(n for n in log.schema.names
+                 if n.startswith("value__") and pa.types.is_floating(log.schema.field(n).type))
+    log = bump(value, 0.5)
+    feature = value[len("value__"):]
+    log = bump("fp__" + feature, np.uint64(1))
+    log = bump("fp_transform", np.uint64(1))
+    pq.write_table(log, path)
+    for stage in ("window", "transform"):
+      col = log.column(f"fp_{stage}").drop_null().to_numpy()
+      b["digests"][stage] = fingerprint.digest_hex(fingerprint.combine_digest(col))
+  with open(meta_path, "w") as f:
+    json.dump(meta, f, indent=2, sort_keys=True)
+  return changed
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--rows", type=int, default=1_000_000)
+  ap.add_argument("--divergent", type=float, default=0.01)
+  args = ap.parse_args()
+  py = sys.executable
+  with tempfile.TemporaryDirectory() as d:
+    csv_path = os.path.join(d, "big.csv")
+    ingest_bench.make_input(csv_path, args.rows)
+    data, offline = os.path.join(d, "ingest"), os.path.join(d, "offline")
+    timed([py, "-m", "pipelines.ingest", "--input", csv_path, "--output_dir", data,
+           "--schema", ingest_bench.SCHEMA, "--formats", "parquet", "--key_columns", "trip_id"])
+    timed([py, "-m", "pipelines.features", "--input_dir", data, "--output_dir", offline,
+           "--profile", os.path.join(ROOT, "profiles", "offline.yaml")])
+    production, same = os.path.join(d, "production"), os.path.join(d, "same")
+    changed = make_production(offline, production, args.divergent)
+    shutil.copytree(offline, same)
+    diff = [py, "-m", "replay.diff", "--offline", offline]
+    t1, m1 = timed(diff + ["--production", production, "--output_dir", os.path.join(d, "r1")])
+    with open(os.path.join(d, "r1", "report.json")) as f:
+      divergent = json.load(f)["records"]["divergent"]
+    if divergent != changed:
+      raise SystemExit(f"replay.diff found {divergent} divergent records, {changed} were changed")
+    t2, m2 = timed(diff + ["--production", same, "--output_dir", os.path.join(d, "r2")])
+    ta, ma = timed([py, "-c", PER_ELEMENT, offline, production, os.path.join(d, "a.txt")])
+    tb, mb = timed([py, "-c", DATACOMPY, offline, production, os.path.join(d, "b.txt")])
+    print(f"records: {args.rows} vs {args.rows}, divergent: {changed} ({args.divergent:.1%})")
+    print(f"(1) replay.diff, 1% divergent:           {t1:7.1f} s  {m1:6.0f} MiB")
+    print(f"(2) replay.diff, identical logs:         {t2:7.1f} s  {m2:6.0f} MiB")
+    print(f"(a) per-element Beam CoGroupByKey diff:  {ta:7.1f} s  {ma:6.0f} MiB")
+    print(f"(b) datacompy Compare (pandas):          {tb:7.1f} s  {mb:6.0f} MiB")
+    print(f"(a)/(1) = {ta / t1:5.1f}   (target >= 20)")
+    print(f"(1)/(b) = {t1 / tb:5.2f}   (target <= 2)")
+    print(f"(2)/(1) = {t2 / t1:5.3f}   (target <= 0.1)")
+
+
+if __name__ == "__main__":
+  main()
