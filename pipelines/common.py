@@ -7,13 +7,18 @@ import sys
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
-__all__ = ["UsageError", "DataError", "OutputOptions", "parse_options", "job_options",
-           "versions", "main_wrapper"]
+__all__ = ["UsageError", "DataError", "HelpRequested", "OutputOptions", "parse_options",
+           "job_options", "job_help", "versions", "main_wrapper"]
 
 
 class UsageError(Exception):
   """Bad flags or input: a clear message and exit code 2."""
   exit_code = 2
+
+
+class HelpRequested(Exception):
+  """--help was asked for: the text is printed on stdout and the job exits 0."""
+  exit_code = 0
 
 
 class DataError(UsageError):
@@ -53,9 +58,35 @@ def parse_options(argv):
   return PipelineOptions(argv)
 
 
-def job_options(argv, options_class, save_main_session):
-  """(all options, the job's own view, its OutputOptions view) from argv, strictly parsed."""
-  options = parse_options(argv or [])
+BEAM_FLAGS_NOTE = ("Any Beam pipeline flag is accepted as well (--runner, --direct_num_workers, "
+                   "--direct_running_mode, --job_endpoint, --environment_type, --project, "
+                   "--region, --temp_location, ...); an unknown or misspelt flag is an error.")
+
+
+def job_help(prog, options_classes, description):
+  """The --help text of a job: each of its own flags with its sentence, then the Beam note."""
+  import argparse
+  parser = argparse.ArgumentParser(prog=prog, description=description,
+                                   epilog=BEAM_FLAGS_NOTE, add_help=False)
+  for cls in options_classes:
+    cls._add_argparse_args(parser)  # pylint: disable=protected-access
+  return parser.format_help()
+
+
+def job_options(argv, options_class, save_main_session, prog=None):
+  """(all options, the job's own view, its OutputOptions view) from argv, strictly parsed.
+
+  -h / --help raises HelpRequested with the job's help text.
+  """
+  argv = list(argv or [])
+  if "-h" in argv or "--help" in argv:
+    doc = (options_class.__doc__ or "").strip()
+    module = options_class.__module__
+    if module == "__main__":  # run as python -m pkg.job
+      module = getattr(sys.modules["__main__"].__spec__, "name", module)
+    raise HelpRequested(job_help(prog or f"python -m {module}", [options_class, OutputOptions],
+                                 doc))
+  options = parse_options(argv)
   options.view_as(pipeline_options.SetupOptions).save_main_session = save_main_session
   return options, options.view_as(options_class), options.view_as(OutputOptions)
 
@@ -76,6 +107,9 @@ def main_wrapper(run):
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   try:
     code = run(sys.argv[1:])
+  except HelpRequested as e:
+    print(e)
+    code = 0
   except UsageError as e:
     print(f"error: {e}", file=sys.stderr)
     code = e.exit_code

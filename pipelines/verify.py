@@ -113,6 +113,11 @@ def verify(root):
 
 def run(argv=None):
   argv = list(argv or [])
+  if argv in (["-h"], ["--help"]):
+    raise common.HelpRequested(
+        "usage: python -m pipelines.verify DIR\n\nChecks an ingest dataset folder against its "
+        "manifest.json: every shard's sha256, row count and decoded-value digest, and the "
+        "content digest.\nExit 0 intact, 1 damaged (each problem printed), 2 usage error.")
   if len(argv) != 1 or argv[0].startswith("-"):
     raise common.UsageError("usage: python -m pipelines.verify DIR")
   problems = verify(argv[0])
