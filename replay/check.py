@@ -1,0 +1,236 @@
+"""The nightly skew check: diff one night's offline and production logs, apply thresholds, keep
+the history, and exit 0 (held) / 1 (a threshold broken) / 2 (configuration or input error).
+
+  skewtrace check --config nightly.yaml [--date YYYY-MM-DD] [Beam flags]
+  python -m replay.check --config nightly.yaml [--date YYYY-MM-DD]
+
+The config (YAML, safe-loaded; every field checked, unknown fields are errors):
+  offline:     feature-log folder of the night, a template over the date: /logs/offline/{date}
+  production:  the same for production: /logs/production/{date}
+  reports:     folder under which the night's report goes, as <reports>/<date>/report.{json,html}
+  history:     SQLite file with one row per night (table `nights`, primary key `date`)
+  thresholds:  divergent_fraction (required): the largest fraction of divergent records;
+               stages: {stage: fraction} of records whose first divergent stage it is;
+               features: {feature: mismatch rate}; drift: {feature: distance} (Jensen-Shannon
+               for numeric features, L-infinity for categorical ones, as the report gives)
+  tolerance:   optional {abs, rel, features: {name: {abs, rel}}}, passed to replay.diff
+  beam_args:   optional list of Beam flags for the diff
+{date} is YYYY-MM-DD; {yyyy}, {mm} and {dd} are also offered. Without --date the night checked
+is yesterday in UTC (the last complete day). A night whose folder is missing is an error
+naming the path, never a pass. Rerunning a night replaces its history row.
+"""
+import datetime
+import json
+import os
+import sqlite3
+
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import common
+from transforms.feature_log import STAGES
+
+__all__ = ["CheckOptions", "load_config", "evaluate", "run"]
+
+_FIELDS = {"offline", "production", "reports", "history", "thresholds", "tolerance",
+           "beam_args"}
+_THRESHOLDS = {"divergent_fraction", "stages", "features", "drift"}
+TREND_NIGHTS = 30
+
+
+class CheckOptions(PipelineOptions):
+  """Flags of the nightly skew check (replay.check)."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    parser.add_argument("--config", help="Nightly check configuration (YAML).")
+    parser.add_argument("--date", help="Night to check, YYYY-MM-DD; default: yesterday (UTC).")
+
+
+def _fraction(where, value):
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+    raise common.UsageError(f"config {where} must be a number in [0, 1], got {value!r}")
+  return float(value)
+
+
+def _number(where, value):
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    raise common.UsageError(f"config {where} must be a number >= 0, got {value!r}")
+  return float(value)
+
+
+def _mapping(where, value, check):
+  if value is None:
+    return {}
+  if not isinstance(value, dict):
+    raise common.UsageError(f"config {where} must be a mapping")
+  return {str(k): check(f"{where}.{k}", v) for k, v in sorted(value.items())}
+
+
+def load_config(text, path="config"):
+  """The validated config dict from YAML text; UsageError names the bad field."""
+  try:
+    doc = yaml.safe_load(text)
+  except yaml.YAMLError as e:
+    raise common.UsageError(f"{path}: not valid YAML: {e}") from None
+  if not isinstance(doc, dict):
+    raise common.UsageError(f"{path}: a mapping with fields {', '.join(sorted(_FIELDS))}")
+  unknown = sorted(set(doc) - _FIELDS)
+  if unknown:
+    raise common.UsageError(f"{path}: unknown field(s) {', '.join(map(str, unknown))}")
+  for name in ("offline", "production", "reports", "history"):
+    if not isinstance(doc.get(name), str) or not doc[name]:
+      raise common.UsageError(f"{path}: field {name!r} is required (a path)")
+  for name in ("offline", "production"):
+    if "{date}" not in doc[name] and "{dd}" not in doc[name]:
+      raise common.UsageError(f"{path}: {name} must be a template over the date, e.g. "
+                              f"{doc[name].rstrip('/')}/{{date}}")
+  th = doc.get("thresholds")
+  if not isinstance(th, dict) or "divergent_fraction" not in th:
+    raise common.UsageError(f"{path}: thresholds.divergent_fraction is required")
+  unknown = sorted(set(th) - _THRESHOLDS)
+  if unknown:
+    raise common.UsageError(f"{path}: unknown threshold(s) {', '.join(map(str, unknown))}")
+  stages = _mapping("thresholds.stages", th.get("stages"), _fraction)
+  bad = sorted(set(stages) - set(STAGES))
+  if bad:
+    raise common.UsageError(f"{path}: thresholds.stages: unknown stage(s) {', '.join(bad)}")
+  beam_args = doc.get("beam_args") or []
+  if not isinstance(beam_args, list) or not all(isinstance(a, str) for a in beam_args):
+    raise common.UsageError(f"{path}: beam_args must be a list of flags")
+  tolerance = doc.get("tolerance") or {}
+  if not isinstance(tolerance, dict) or set(tolerance) - {"abs", "rel", "features"}:
+    raise common.UsageError(f"{path}: tolerance takes abs, rel and features")
+  return {"offline": doc["offline"], "production": doc["production"],
+          "reports": doc["reports"], "history": doc["history"],
+          "thresholds": {"divergent_fraction": _fraction("thresholds.divergent_fraction",
+                                                         th["divergent_fraction"]),
+                         "stages": stages,
+                         "features": _mapping("thresholds.features", th.get("features"),
+                                              _fraction),
+                         "drift": _mapping("thresholds.drift", th.get("drift"), _number)},
+          "tolerance": tolerance, "beam_args": beam_args}
+
+
+def _night(date_text):
+  if date_text is None:
+    return (datetime.datetime.now(datetime.timezone.utc).date() - datetime.timedelta(days=1))
+  try:
+    return datetime.date.fromisoformat(date_text)
+  except ValueError:
+    raise common.UsageError(f"--date must be YYYY-MM-DD, got {date_text!r}") from None
+
+
+def _expand(template, night):
+  return template.format(date=night.isoformat(), yyyy=f"{night.year:04d}",
+                         mm=f"{night.month:02d}", dd=f"{night.day:02d}")
+
+
+def _diff_argv(config, offline, production, out):
+  argv = ["--offline", offline, "--production", production, "--output_dir", out,
+          "--max_divergent_fraction", repr(config["thresholds"]["divergent_fraction"])]
+  tol = config["tolerance"]
+  if "abs" in tol:
+    argv += ["--abs_tol", repr(float(tol["abs"]))]
+  if "rel" in tol:
+    argv += ["--rel_tol", repr(float(tol["rel"]))]
+  for name, t in sorted((tol.get("features") or {}).items()):
+    t = t or {}
+    argv += ["--tolerance", f"{name}={float(t.get('abs', 0))!r}:{float(t.get('rel', 0))!r}"]
+  return argv + list(config["beam_args"])
+
+
+def evaluate(report, thresholds):
+  """The thresholds a report breaks, each as one sentence (empty: all held)."""
+  broken = []
+  total = report["divergent_fraction"]
+  if total > thresholds["divergent_fraction"]:
+    broken.append(f"divergent fraction {total:.6g} > {thresholds['divergent_fraction']:.6g}")
+  records = report["records"]
+  denominator = max(1, records["matched_keys"] + records["offline_only"]
+                    + records["production_only"])
+  for stage, limit in thresholds["stages"].items():
+    frac = report["first_divergent_stage"].get(stage, 0) / denominator
+    if frac > limit:
+      broken.append(f"stage {stage}: {frac:.6g} of records first diverge there > {limit:.6g}")
+  for name, limit in thresholds["features"].items():
+    rate = report["features"].get(name, {}).get("mismatch_rate", 0.0)
+    if rate > limit:
+      broken.append(f"feature {name}: mismatch rate {rate:.6g} > {limit:.6g}")
+  for name, limit in thresholds["drift"].items():
+    entry = report.get("drift", {}).get(name, {})
+    value = entry.get("jensen_shannon", entry.get("linf", 0.0))
+    if value > limit:
+      broken.append(f"feature {name}: drift {value:.6g} > {limit:.6g}")
+  return broken
+
+
+_COLUMNS = (["date TEXT PRIMARY KEY", "offline INTEGER", "production INTEGER",
+             "matched_keys INTEGER", "identical INTEGER", "within_tolerance INTEGER",
+             "divergent INTEGER", "offline_only INTEGER", "production_only INTEGER",
+             "divergent_fraction REAL"] + [f"stage_{s} INTEGER" for s in STAGES] +
+            ["feature_mismatch_rates TEXT", "drift TEXT", "broken TEXT", "exit_status INTEGER",
+             "report TEXT"])
+
+
+def _history_row(night, report, broken, code, report_path):
+  r = report["records"]
+  drift = {name: d.get("jensen_shannon", d.get("linf")) for name, d in
+           sorted(report.get("drift", {}).items())}
+  return ([night.isoformat(), r["offline"], r["production"], r["matched_keys"], r["identical"],
+           r["within_tolerance"], r["divergent"], r["offline_only"], r["production_only"],
+           report["divergent_fraction"]] +
+          [report["first_divergent_stage"].get(s, 0) for s in STAGES] +
+          [json.dumps({n: f["mismatch_rate"] for n, f in sorted(report["features"].items())},
+                      sort_keys=True),
+           json.dumps(drift, sort_keys=True), json.dumps(broken), code, report_path])
+
+
+def record_night(history_path, row):
+  """Inserts or replaces the night's row; returns the last TREND_NIGHTS nights up to it."""
+  os.makedirs(os.path.dirname(os.path.abspath(history_path)), exist_ok=True)
+  with sqlite3.connect(history_path) as db:
+    db.execute(f"CREATE TABLE IF NOT EXISTS nights ({', '.join(_COLUMNS)})")
+    db.execute(f"INSERT OR REPLACE INTO nights VALUES ({', '.join('?' * len(_COLUMNS))})", row)
+    rows = db.execute("SELECT date, divergent_fraction, exit_status FROM nights WHERE date <= ? "
+                      "ORDER BY date DESC LIMIT ?", (row[0], TREND_NIGHTS)).fetchall()
+  db.close()
+  return [{"date": d, "divergent_fraction": f, "exit_status": s} for d, f, s in reversed(rows)]
+
+
+def run(argv=None):
+  """Runs one night's check; returns 0 (thresholds held) or 1 (broken); UsageError -> 2."""
+  from replay import diff, render
+  _, opts, _ = common.job_options(argv, CheckOptions, False)
+  if not opts.config:
+    raise common.UsageError("--config is required")
+  try:
+    with open(opts.config, encoding="utf-8") as f:
+      config = load_config(f.read(), opts.config)
+  except OSError as e:
+    raise common.UsageError(f"--config {opts.config}: {e.strerror}") from None
+  night = _night(opts.date)
+  offline, production = (_expand(config[s], night) for s in ("offline", "production"))
+  for side, path in (("offline", offline), ("production", production)):
+    if not os.path.isdir(path):
+      raise common.UsageError(f"{night}: no {side} partition at {path}")
+  out = os.path.join(config["reports"], night.isoformat())
+  diff.run(_diff_argv(config, offline, production, out))
+  with open(os.path.join(out, "report.json"), encoding="utf-8") as f:
+    report = json.load(f)
+  broken = evaluate(report, config["thresholds"])
+  code = 1 if broken else 0
+  trend = record_night(config["history"], _history_row(night, report, broken, code,
+                                                       os.path.join(out, "report.json")))
+  with open(os.path.join(out, "report.html"), "w", encoding="utf-8") as f:
+    f.write(render.render_html(report, trend=trend))
+  print(f"night {night}: {'THRESHOLDS BROKEN' if broken else 'all thresholds held'}")
+  for sentence in broken:
+    print(f"  broken: {sentence}")
+  print(f"report: {out}/report.html   history: {config['history']} "
+        f"({len(trend)} nights in the trend)")
+  return code
+
+
+if __name__ == "__main__":
+  common.main_wrapper(run)
