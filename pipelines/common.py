@@ -35,18 +35,21 @@ class OutputOptions(PipelineOptions):
                         help="Replace an output folder that holds something else.")
 
 
-def parse_options(argv):
-  """PipelineOptions from argv, rejecting flags that no PipelineOptions subclass defines.
+def parse_options(argv, job_classes=None):
+  """PipelineOptions from argv, rejecting flags that neither Beam nor the job defines.
 
   Beam itself only warns about unknown flags and drops them, so a misspelt flag would
-  silently fall back to its default. This parses exactly as Beam's get_all_options does
-  (the direct PipelineOptions subclasses, first of each name) and fails on leftovers.
+  silently fall back to its default. This parses as Beam's get_all_options does (the direct
+  PipelineOptions subclasses, first of each name) and fails on leftovers. With `job_classes`,
+  only Beam's own options classes and those are accepted, so another job's flag is an error
+  too (every job module may be imported in one process, e.g. by the skewtrace command).
   """
   argv = list(argv)
   parser = pipeline_options._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
   subset = {}
   for cls in PipelineOptions.__subclasses__():
-    subset.setdefault(str(cls), cls)
+    if job_classes is None or cls.__module__.startswith("apache_beam.") or cls in job_classes:
+      subset.setdefault(str(cls), cls)
   for cls in subset.values():
     cls._add_argparse_args(parser)  # pylint: disable=protected-access
   try:
@@ -86,7 +89,7 @@ def job_options(argv, options_class, save_main_session, prog=None):
       module = getattr(sys.modules["__main__"].__spec__, "name", module)
     raise HelpRequested(job_help(prog or f"python -m {module}", [options_class, OutputOptions],
                                  doc))
-  options = parse_options(argv)
+  options = parse_options(argv, [options_class, OutputOptions])
   options.view_as(pipeline_options.SetupOptions).save_main_session = save_main_session
   return options, options.view_as(options_class), options.view_as(OutputOptions)
 
