@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build the skewtrace features Flex Template and launch one run on Dataflow.
+# Needs gcloud, a project with Dataflow enabled, and an Artifact Registry repository.
+set -euo pipefail
+PROJECT="${PROJECT:?set PROJECT}" REGION="${REGION:-us-central1}" BUCKET="${BUCKET:?set BUCKET}"
+IMAGE="$REGION-docker.pkg.dev/$PROJECT/skewtrace/features:0.1.0"
+cd "$(dirname "$0")/../../.."
+gcloud builds submit --tag "$IMAGE" --config - . <<YAML
+steps:
+- name: gcr.io/cloud-builders/docker
+  args: [build, -f, manifests/deploy/dataflow/Dockerfile, -t, "$IMAGE", .]
+images: ["$IMAGE"]
+YAML
+gcloud dataflow flex-template build "gs://$BUCKET/templates/skewtrace-features.json" \
+  --image "$IMAGE" --sdk-language PYTHON \
+  --metadata-file manifests/deploy/dataflow/features-metadata.json
+gcloud dataflow flex-template run "skewtrace-features-$(date -u +%Y%m%d)" \
+  --template-file-gcs-location "gs://$BUCKET/templates/skewtrace-features.json" \
+  --region "$REGION" \
+  --parameters input_dir="gs://$BUCKET/skewtrace/ingest/latest" \
+  --parameters output_dir="gs://$BUCKET/skewtrace/offline/latest" \
+  --parameters profile="gs://$BUCKET/skewtrace/profiles/offline.yaml" \
+  --parameters transform_module=transforms.taxi \
+  --parameters sdk_container_image="$IMAGE"
