@@ -1,0 +1,399 @@
+"""Renderers of a replay report (report.json's dict): a terminal summary and one self-contained HTML page.
+
+The report model and the diff job live elsewhere (replay/diff.py); this module only turns the
+finished dict into text, so the same report always gives the same bytes. The HTML page uses no
+network at all -- inline CSS and SVG charts drawn here, no script -- and is built from the
+report's aggregates and samples only, so its size does not grow with the logs. Every string
+taken from the report (keys, feature names, profile values) is data and is escaped.
+"""
+import html
+import json
+import math
+
+__all__ = ["STAGES", "verdict", "render_text", "render_html"]
+
+# Pipeline order (transforms.feature_log.STAGES; not imported so rendering needs no Beam).
+STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
+RECORD_FIELDS = ("offline", "production", "matched_keys", "offline_only", "production_only",
+                 "dropped_both", "identical", "within_tolerance", "divergent",
+                 "duplicate_keys_offline", "duplicate_keys_production")
+TOP_FEATURES = 10          # text summary
+HISTOGRAM_FEATURES = 6     # HTML: histograms of this many most divergent features
+MAX_BINS = 40              # HTML: bins drawn per histogram (largest kept, in bin order)
+TREND_NIGHTS = 30
+OFFLINE_COLOR, PRODUCTION_COLOR = "#3b6fb6", "#e08a2c"
+STATUS_COLORS = {0: "#2e8540", 1: "#c0392b", 2: "#7f7f7f"}
+
+
+def verdict(report):
+  """(status, sentence): status is "divergent" (exit 1), "within_threshold" or "clean"."""
+  records = report.get("records", {})
+  divergent = int(records.get("divergent", 0) or 0)
+  fraction = float(report.get("divergent_fraction", 0.0) or 0.0)
+  threshold = float(report.get("max_divergent_fraction", 0.0) or 0.0)
+  code = report.get("exit_code")
+  if code is None:
+    code = 1 if fraction > threshold else 0
+  if code:
+    return "divergent", (f"DIVERGENCE: {divergent} divergent records, fraction "
+                         f"{_frac(fraction)} > threshold {_frac(threshold)} (exit 1)")
+  if divergent:
+    return "within_threshold", (f"divergence within threshold: {divergent} divergent records, "
+                                f"fraction {_frac(fraction)} <= {_frac(threshold)} (exit 0)")
+  return "clean", "no divergence: 0 divergent records (exit 0)"
+
+
+def render_text(report):
+  """The terminal summary (the caller prints the output paths after it)."""
+  records = report.get("records", {})
+  out = []
+  for side in ("offline", "production"):
+    info = report.get(side, {})
+    out.append(f"{side + ':':<12}{_plain(info.get('dir', '?'))} "
+               f"({_plain(info.get('runner', '?'))}, {info.get('rows', '?')} rows)")
+  out.append("records:    " + ", ".join(f"{f.replace('_', ' ')} {records.get(f, 0)}"
+                                        for f in RECORD_FIELDS))
+  out.append(f"divergent fraction: {_frac(report.get('divergent_fraction', 0.0))} "
+             f"(threshold {_frac(report.get('max_divergent_fraction', 0.0))})")
+  out.append(verdict(report)[1])
+  firsts = report.get("first_divergent_stage", {})
+  out.append("first divergent stage:")
+  out.extend(f"  {s:<10} {firsts.get(s, 0):>10}" for s in STAGES)
+  for side, reasons in sorted(report.get("one_side_only", {}).items()):
+    if reasons:
+      out.append(f"{side} only: " + ", ".join(f"{_plain(r)} {n}"
+                                               for r, n in sorted(reasons.items())))
+  ranked = [(name, f) for name, f in _ranked_features(report) if f.get("mismatch", 0)]
+  if ranked:
+    out.append("top features by mismatch rate:")
+    width = max(len(_plain(n)) for n, _ in ranked[:TOP_FEATURES])
+    for name, f in ranked[:TOP_FEATURES]:
+      out.append(f"  {_plain(name):<{width}}  {_pct(f.get('mismatch_rate'))} "
+                 f"({f.get('mismatch', 0)} mismatched, {f.get('within_tolerance', 0)} within "
+                 f"tolerance, max |d| {_num(f.get('max_abs_delta'))})")
+  else:
+    out.append("features: no mismatches")
+  causes = report.get("suspected_causes", [])
+  out.append("suspected causes:" if causes else "suspected causes: none")
+  for c in causes:
+    out.append(f"  {c.get('stage', '?'):<10} {_plain(c.get('field', '?'))}: "
+               f"{_plain(_value(c.get('offline')))} -> {_plain(_value(c.get('production')))} "
+               f"({c.get('records', 0)} records)")
+  buckets = report.get("buckets")
+  if buckets:
+    out.append(f"buckets: {buckets.get('total', 0)} total, {buckets.get('compared', 0)} "
+               f"compared, {buckets.get('skipped_equal', 0)} skipped as equal")
+  return "\n".join(out) + "\n"
+
+
+def render_html(report, trend=None):
+  """One self-contained HTML page; trend: optional [{date, divergent_fraction, exit_status}]."""
+  status, sentence = verdict(report)
+  records = report.get("records", {})
+  off, prod = report.get("offline", {}), report.get("production", {})
+  parts = [
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<title>skewtrace replay report</title>\n<style>", _CSS, "</style>\n</head>\n<body>\n",
+      "<h1>skewtrace replay report</h1>\n",
+      f"<p class=\"verdict {status}\" id=\"verdict\">{_e(sentence)}</p>\n",
+      _table(["side", "dir", "runner", "rows"],
+             [["offline", off.get("dir"), off.get("runner"), off.get("rows")],
+              ["production", prod.get("dir"), prod.get("runner"), prod.get("rows")]]),
+      "<h2>Records</h2>\n",
+      _table(["count", "records"], [[f.replace("_", " "), records.get(f, 0)]
+                                    for f in RECORD_FIELDS], "records"),
+      f"<p>divergent fraction {_e(_frac(report.get('divergent_fraction', 0.0)))}, threshold "
+      f"{_e(_frac(report.get('max_divergent_fraction', 0.0)))}</p>\n",
+      "<h2>Divergence by first stage</h2>\n", _stage_chart(report),
+      "<h2>Suspected causes</h2>\n", _causes(report),
+      "<h2>Per-feature mismatch rate</h2>\n", _feature_chart(report),
+      "<h2>Offline vs production distributions</h2>\n", _histograms(report),
+      "<h2>Samples</h2>\n", _samples(report),
+  ]
+  if trend:
+    parts += [f"<h2>Last {TREND_NIGHTS} nights</h2>\n", _trend_chart(trend, report)]
+  parts.append(_footer(report))
+  parts.append("</body>\n</html>\n")
+  return "".join(parts)
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:70em}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.verdict{font-weight:bold;padding:.6em;border-radius:4px}
+.verdict.clean{background:#e3f4e6;color:#1d5e2c}.verdict.within_threshold{background:#fdf3d9;color:#7a5a00}
+.verdict.divergent{background:#f8dedb;color:#8c1f14}
+svg text{font-size:11px;fill:#333}svg .axis{stroke:#999;stroke-width:1}
+.off{fill:#3b6fb6}.prod{fill:#e08a2c}.bar{fill:#c0392b}.rate{fill:#3b6fb6}
+.hist{display:inline-block;margin:0 1em 1em 0;vertical-align:top}
+.note{color:#666;font-size:.9em}code{font-size:.95em}
+"""
+
+
+def _stage_chart(report):
+  firsts = report.get("first_divergent_stage", {})
+  counts = [int(firsts.get(s, 0) or 0) for s in STAGES]
+  width, height, left, top, bottom = 560, 200, 40, 20, 30
+  plot_h = height - top - bottom
+  step = (width - left - 10) / len(STAGES)
+  top_count = max(counts) or 1
+  svg = [_svg_open(width, height, "stage-chart", "records by first divergent stage"),
+         _line(left, top + plot_h, width - 10, top + plot_h)]
+  for i, (stage, n) in enumerate(zip(STAGES, counts)):
+    h = plot_h * n / top_count
+    x = left + i * step + step * 0.15
+    svg.append(f"<g class=\"stage\" data-stage=\"{stage}\" data-count=\"{n}\">"
+               f"<title>{stage}: {n}</title>"
+               f"<rect class=\"bar\" x=\"{x:.1f}\" y=\"{top + plot_h - h:.1f}\" "
+               f"width=\"{step * 0.7:.1f}\" height=\"{h:.1f}\"/>"
+               f"{_text(x + step * 0.35, top + plot_h - h - 4, n, 'middle')}"
+               f"{_text(x + step * 0.35, height - 10, stage, 'middle')}</g>")
+  svg.append("</svg>\n")
+  return "".join(svg)
+
+
+def _feature_chart(report):
+  ranked = _ranked_features(report)
+  if not ranked:
+    return "<p class=\"note\">no transformed features in the report</p>\n"
+  row, label_w, bar_w = 18, 200, 300
+  width, height = label_w + bar_w + 170, row * len(ranked) + 10
+  svg = [_svg_open(width, height, "feature-chart", "mismatch rate per feature")]
+  for i, (name, f) in enumerate(ranked):
+    rate = _float(f.get("mismatch_rate"))
+    y = 5 + i * row
+    w = bar_w * min(max(rate, 0.0), 1.0)
+    svg.append(f"<g class=\"feature\" data-feature=\"{_e(name)}\"><title>{_e(name)}: "
+               f"{f.get('mismatch', 0)} mismatched, {f.get('within_tolerance', 0)} within "
+               f"tolerance, {f.get('match', 0)} matched ({_e(f.get('kind', '?'))})</title>"
+               f"{_text(label_w - 6, y + 12, _short(name, 30), 'end')}"
+               f"<rect class=\"rate\" x=\"{label_w}\" y=\"{y + 2}\" width=\"{w:.1f}\" "
+               f"height=\"{row - 5}\"/>"
+               f"{_text(label_w + w + 4, y + 12, _pct(f.get('mismatch_rate')), 'start')}</g>")
+  svg.append("</svg>\n")
+  rows = [[name, f.get("kind"), f.get("match", 0), f.get("mismatch", 0),
+           f.get("within_tolerance", 0), f.get("offline_only", 0), f.get("production_only", 0),
+           _pct(f.get("mismatch_rate")), _num(f.get("max_abs_delta")),
+           _num(f.get("mean_abs_delta"))] for name, f in ranked]
+  return "".join(svg) + _table(
+      ["feature", "kind", "match", "mismatch", "within tol.", "offline only",
+       "production only", "mismatch rate", "max |Δ|", "mean |Δ|"], rows, "features")
+
+
+def _histograms(report):
+  drift = report.get("drift", {})
+  features = report.get("features", {})
+  chosen = sorted((n for n in drift if drift[n].get("histogram")),
+                  key=lambda n: (-_float(features.get(n, {}).get("mismatch_rate")),
+                                 -_drift_score(drift[n]), n))[:HISTOGRAM_FEATURES]
+  if not chosen:
+    return "<p class=\"note\">no feature histograms in the report</p>\n"
+  charts = [_histogram(name, drift[name]) for name in chosen]
+  rows = [[n, d.get("kind"), "L∞" if "linf" in d else "Jensen–Shannon",
+           _num(d.get("linf", d.get("jensen_shannon"))), _num(d.get("psi"))]
+          for n, d in sorted(drift.items())]
+  return (f"<p class=\"note\">share of each side's records per bin; "
+          f"<span style=\"color:{OFFLINE_COLOR}\">■ offline</span> "
+          f"<span style=\"color:{PRODUCTION_COLOR}\">■ production</span></p>\n"
+          + "".join(charts) + _table(["feature", "kind", "metric", "value", "PSI"], rows, "drift"))
+
+
+def _histogram(name, drift):
+  hist = drift["histogram"]
+  a, b = list(hist.get("offline", [])), list(hist.get("production", []))
+  bins = list(hist.get("bins", []))
+  if len(bins) == len(a) + 1:     # numeric: edges -> "[lo, hi)"
+    labels = [f"[{_num(lo)}, {_num(hi)})" for lo, hi in zip(bins, bins[1:])]
+  else:                           # categorical: one label per bin
+    labels = [_value(x) for x in bins] + [""] * (len(a) - len(bins))
+  n = min(len(a), len(b), len(labels))
+  ta, tb = (sum(a) or 1), (sum(b) or 1)
+  idx = list(range(n))
+  if n > MAX_BINS:                # keep the largest bins, in bin order
+    idx = sorted(sorted(idx, key=lambda i: (-(a[i] / ta + b[i] / tb), i))[:MAX_BINS])
+  width, height, top, bottom, left = 360, 170, 18, 22, 8
+  plot_h = height - top - bottom
+  step = (width - 2 * left) / max(1, len(idx))
+  top_share = max([a[i] / ta for i in idx] + [b[i] / tb for i in idx] + [1e-12])
+  svg = [f"<div class=\"hist\" data-feature=\"{_e(name)}\">",
+         _svg_open(width, height, "histogram", f"histogram of {name}"),
+         _text(left, 12, _short(name, 48), "start"),
+         _line(left, top + plot_h, width - left, top + plot_h)]
+  for j, i in enumerate(idx):
+    x = left + j * step
+    bar = step * 0.42
+    svg.append(f"<g class=\"bin\"><title>{_e(labels[i])}: offline {a[i]}, production {b[i]}"
+               f"</title>")
+    for k, (share, cls) in enumerate(((a[i] / ta, "off"), (b[i] / tb, "prod"))):
+      h = plot_h * share / top_share
+      svg.append(f"<rect class=\"{cls}\" x=\"{x + step * 0.08 + k * bar:.1f}\" "
+                 f"y=\"{top + plot_h - h:.1f}\" width=\"{bar:.1f}\" height=\"{h:.1f}\"/>")
+    svg.append("</g>")
+  label_every = max(1, math.ceil(len(idx) / 6))
+  for j in range(0, len(idx), label_every):
+    svg.append(_text(left + j * step + step * 0.5, height - 6, _short(labels[idx[j]], 14),
+                     "middle"))
+  svg.append("</svg>")
+  if n > MAX_BINS:
+    svg.append(f"<div class=\"note\">{MAX_BINS} largest of {n} bins</div>")
+  svg.append("</div>\n")
+  return "".join(svg)
+
+
+def _trend_chart(trend, report):
+  nights = sorted(trend, key=lambda t: str(t.get("date", "")))[-TREND_NIGHTS:]
+  threshold = _float(report.get("max_divergent_fraction"))
+  width, height, left, top, bottom = 560, 190, 50, 15, 30
+  plot_w, plot_h = width - left - 15, height - top - bottom
+  top_y = max([_float(t.get("divergent_fraction")) for t in nights] + [threshold, 1e-12]) * 1.1
+  step = plot_w / max(1, len(nights) - 1)
+  y = lambda v: top + plot_h - plot_h * v / top_y  # noqa: E731
+  points = [(left + i * step, y(_float(t.get("divergent_fraction"))))
+            for i, t in enumerate(nights)]
+  svg = [_svg_open(width, height, "trend-chart", "divergent fraction per night"),
+         _line(left, top + plot_h, width - 15, top + plot_h), _line(left, top, left, top + plot_h),
+         _text(left - 4, top + 4, _frac(top_y), "end"), _text(left - 4, top + plot_h, "0", "end"),
+         f"<line class=\"threshold\" x1=\"{left}\" x2=\"{width - 15}\" y1=\"{y(threshold):.1f}\" "
+         f"y2=\"{y(threshold):.1f}\" stroke=\"#c0392b\" stroke-dasharray=\"4 3\"/>",
+         "<polyline fill=\"none\" stroke=\"#3b6fb6\" points=\"" +
+         " ".join(f"{px:.1f},{py:.1f}" for px, py in points) + "\"/>"]
+  for (px, py), t in zip(points, nights):
+    status = t.get("exit_status")
+    svg.append(f"<circle class=\"night\" cx=\"{px:.1f}\" cy=\"{py:.1f}\" r=\"3.5\" "
+               f"fill=\"{STATUS_COLORS.get(status, '#000')}\"><title>{_e(t.get('date'))}: "
+               f"{_e(_frac(t.get('divergent_fraction')))}, exit {_e(status)}</title></circle>")
+  every = max(1, math.ceil(len(nights) / 5))
+  for i in sorted(set(range(0, len(nights), every)) | {len(nights) - 1}):
+    svg.append(_text(points[i][0], height - 8, nights[i].get("date", ""), "middle"))
+  svg.append("</svg>\n")
+  return "".join(svg)
+
+
+def _causes(report):
+  causes = report.get("suspected_causes", [])
+  if not causes:
+    return "<p class=\"note\">none: run metadata agree on every profile field, version, " \
+           "runner and analyzer</p>\n"
+  return _table(["stage", "field", "offline", "production", "records"],
+                [[c.get("stage"), c.get("field"), _value(c.get("offline")),
+                  _value(c.get("production")), c.get("records", 0)] for c in causes], "causes")
+
+
+def _samples(report):
+  samples = report.get("samples", {})
+  out = []
+  divergent = samples.get("divergent", [])
+  out.append(f"<h3>Divergent records ({len(divergent)})</h3>\n")
+  out.append(_table(["key", "first stage", "features (offline → production)"],
+                    [[s.get("key"), s.get("first_divergent_stage"), "; ".join(
+                        f"{f}: {_value(v[0] if v else None)} → "
+                        f"{_value(v[1] if len(v) > 1 else None)}"
+                        for f, v in sorted(s.get("features", {}).items()))]
+                     for s in divergent], "samples-divergent") if divergent else
+               "<p class=\"note\">none</p>\n")
+  for side in ("offline_only", "production_only"):
+    rows = samples.get(side, [])
+    out.append(f"<h3>{side.replace('_', ' ').capitalize()} ({len(rows)})</h3>\n")
+    out.append(_table(["key", "reason"], [[s.get("key"), s.get("reason")] for s in rows],
+                      "samples-" + side) if rows else "<p class=\"note\">none</p>\n")
+  dups = samples.get("duplicate_keys", [])
+  if dups:
+    out.append(f"<h3>Duplicate keys ({len(dups)})</h3>\n")
+    out.append(_table(["side", "key"], [[s.get("side"), s.get("key")] for s in dups],
+                      "samples-duplicates"))
+  return "".join(out)
+
+
+def _footer(report):
+  tol = report.get("tolerance", {})
+  default = tol.get("default", {})
+  per = tol.get("features", {})
+  text = (f"tolerance: abs {_num(default.get('abs'))}, rel {_num(default.get('rel'))}"
+          + "".join(f"; {f}: abs {_num(t.get('abs'))}, rel {_num(t.get('rel'))}"
+                    for f, t in sorted(per.items())))
+  buckets = report.get("buckets", {})
+  if buckets:
+    text += (f". buckets: {buckets.get('total', 0)} total, {buckets.get('compared', 0)} "
+             f"compared, {buckets.get('skipped_equal', 0)} skipped as equal")
+  return f"<p class=\"note\">{_e(text)}. {_e(report.get('format', ''))}</p>\n"
+
+
+# -- small pieces ---------------------------------------------------------------------------
+
+
+def _ranked_features(report):
+  """(name, stats) by mismatch rate, highest first; ties by name."""
+  return sorted(report.get("features", {}).items(),
+                key=lambda kv: (-_float(kv[1].get("mismatch_rate")), kv[0]))
+
+
+def _drift_score(d):
+  return _float(d.get("linf", d.get("jensen_shannon")))
+
+
+def _table(header, rows, cls=""):
+  head = "".join(f"<th>{_e(h)}</th>" for h in header)
+  body = "".join(
+      "<tr>" + "".join((f"<td class=\"n\">{_e(v)}</td>" if isinstance(v, (int, float))
+                        else f"<td>{_e('' if v is None else v)}</td>") for v in r) + "</tr>\n"
+      for r in rows)
+  return f"<table class=\"{_e(cls)}\"><tr>{head}</tr>\n{body}</table>\n"
+
+
+def _svg_open(width, height, cls, label):
+  return (f"<svg class=\"{cls}\" width=\"{width}\" height=\"{height}\" "
+          f"viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"{_e(label)}\">")
+
+
+def _line(x1, y1, x2, y2):
+  return f"<line class=\"axis\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y2}\"/>"
+
+
+def _text(x, y, value, anchor):
+  return f"<text x=\"{x:.1f}\" y=\"{y:.1f}\" text-anchor=\"{anchor}\">{_e(value)}</text>"
+
+
+def _e(value):
+  return html.escape(str(value), quote=True)
+
+
+def _short(value, n):
+  s = str(value)
+  return s if len(s) <= n else s[:n - 1] + "…"
+
+
+def _plain(value):
+  """A string safe for a terminal: control characters shown escaped."""
+  s = str(value)
+  return s if s.isprintable() else s.encode("unicode_escape").decode("ascii")
+
+
+def _value(v):
+  return v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+
+
+def _float(v):
+  try:
+    f = float(v)
+  except (TypeError, ValueError):
+    return 0.0
+  return f if math.isfinite(f) else 0.0
+
+
+def _num(v):
+  if v is None:
+    return "–"
+  if isinstance(v, float):
+    return f"{v:.6g}"
+  return str(v)
+
+
+def _frac(v):
+  return f"{_float(v):.6g}"
+
+
+def _pct(v):
+  return "–" if v is None else f"{100 * _float(v):.2f}%"

@@ -1,0 +1,222 @@
+"""replay.render on hand-made report dicts: structure, escaping, self-containment, size, determinism."""
+import re
+
+from replay import render
+
+STAGES = ["raw", "parse", "window", "shard", "serialize", "analyze", "transform"]
+
+
+def build_report(n_features=3, divergent_by_stage=None, exit_code=None, names=None,
+                 bins=5, samples=3, threshold=0.01):
+  """A report.json-shaped dict: feature i has mismatch rate (i + 1) / (n + 1) when divergent."""
+  firsts = {s: 0 for s in STAGES}
+  firsts.update(divergent_by_stage or {})
+  divergent = sum(firsts.values())
+  matched = 1000
+  names = names or [f"feature_{i:02d}" for i in range(n_features)]
+  features, drift = {}, {}
+  for i, name in enumerate(names):
+    mismatch = (i + 1) * divergent // (len(names) + 1) if divergent else 0
+    numeric = i % 2 == 0
+    features[name] = {"kind": "numeric" if numeric else "categorical",
+                      "match": matched - mismatch, "mismatch": mismatch,
+                      "within_tolerance": 0, "offline_only": 0, "production_only": 0,
+                      "mismatch_rate": mismatch / matched,
+                      "max_abs_delta": 0.5 * i if numeric else None,
+                      "mean_abs_delta": 0.25 * i if numeric else None}
+    counts = [10 * (b + 1) for b in range(bins)]
+    hist = {"bins": ([float(b) for b in range(bins + 1)] if numeric
+                     else [f"cat{b}" for b in range(bins)]),
+            "offline": counts, "production": counts[::-1] if mismatch else counts}
+    metric = {"jensen_shannon": 0.01 * i} if numeric else {"linf": 0.02 * i}
+    drift[name] = {"kind": features[name]["kind"], "psi": 0.001 * i, "histogram": hist, **metric}
+  fraction = divergent / matched
+  keys = [f"k{j:04d}" for j in range(samples)]
+  return {
+      "format": "skewtrace.report/1",
+      "offline": {"dir": "/runs/offline", "runner": "DirectRunner", "rows": matched},
+      "production": {"dir": "/runs/production", "runner": "DirectRunner", "rows": matched},
+      "tolerance": {"default": {"abs": 0.0, "rel": 0.0}, "features": {}},
+      "max_divergent_fraction": threshold,
+      "records": {"offline": matched, "production": matched, "matched_keys": matched,
+                  "offline_only": 0, "production_only": 0, "dropped_both": 0,
+                  "identical": matched - divergent, "within_tolerance": 0,
+                  "divergent": divergent, "duplicate_keys_offline": 0,
+                  "duplicate_keys_production": 0},
+      "divergent_fraction": fraction,
+      "one_side_only": {"offline": {}, "production": {}},
+      "first_divergent_stage": firsts,
+      "stages": {s: {"match": matched, "mismatch": 0} for s in STAGES},
+      "features": features,
+      "suspected_causes": ([{"stage": "window", "field": "profile.windowing.offset_seconds",
+                             "offline": 0, "production": 1800, "records": firsts["window"]}]
+                           if firsts["window"] else []),
+      "drift": drift,
+      "buckets": {"total": 16, "compared": 16 if divergent else 0,
+                  "skipped_equal": 0 if divergent else 16},
+      "samples": {"divergent": [{"key": k, "first_divergent_stage": "window",
+                                 "features": {names[0]: [1.0, 2.0]}}
+                                for k in (keys if divergent else [])],
+                  "offline_only": [], "production_only": [], "duplicate_keys": []},
+      "exit_code": (int(fraction > threshold) if exit_code is None else exit_code),
+  }
+
+
+def _stage_counts(page):
+  return re.findall(r'<g class="stage" data-stage="(\w+)" data-count="(\d+)"', page)
+
+
+def test_stage_chart_has_all_seven_stages_in_order_with_counts():
+  page = render.render_html(build_report(divergent_by_stage={"window": 40, "transform": 7}))
+  assert _stage_counts(page) == [("raw", "0"), ("parse", "0"), ("window", "40"), ("shard", "0"),
+                                 ("serialize", "0"), ("analyze", "0"), ("transform", "7")]
+  # the tallest bar is window's, transform's is 7/40 of it
+  heights = dict(re.findall(r'data-stage="(\w+)"[^>]*><title>[^<]*</title><rect class="bar" '
+                            r'[^>]*height="([\d.]+)"', page))
+  assert float(heights["window"]) > 0 and float(heights["raw"]) == 0
+  assert abs(float(heights["transform"]) / float(heights["window"]) - 7 / 40) < 0.01
+
+
+def test_every_feature_has_a_bar_sorted_by_mismatch_rate():
+  report = build_report(n_features=8, divergent_by_stage={"window": 90})
+  page = render.render_html(report)
+  chart = page[page.index('class="feature-chart"'):]
+  chart = chart[:chart.index("</svg>")]
+  drawn = re.findall(r'<g class="feature" data-feature="([^"]+)"', chart)
+  want = sorted(report["features"], key=lambda n: (-report["features"][n]["mismatch_rate"], n))
+  assert drawn == want and len(drawn) == 8
+  widths = [float(w) for w in re.findall(r'<rect class="rate" [^>]*width="([\d.]+)"', chart)]
+  assert widths == sorted(widths, reverse=True) and widths[0] > widths[-1]
+
+
+def test_histograms_of_the_most_divergent_features_draw_every_bin():
+  report = build_report(n_features=10, divergent_by_stage={"shard": 100}, bins=7)
+  page = render.render_html(report)
+  hists = re.findall(r'<div class="hist" data-feature="([^"]+)">(.*?)</div>', page, re.S)
+  top = sorted(report["features"], key=lambda n: -report["features"][n]["mismatch_rate"])
+  assert [name for name, _ in hists] == top[:render.HISTOGRAM_FEATURES]
+  for _, body in hists:
+    assert body.count('<g class="bin">') == 7
+    assert body.count('class="off"') == 7 and body.count('class="prod"') == 7
+  # numeric bins are labelled by their edges, categorical ones by their label
+  assert "[0, 1)" in page and "cat0" in page
+
+
+def test_histogram_caps_bins_keeping_the_largest():
+  report = build_report(n_features=1, divergent_by_stage={"window": 10},
+                        bins=render.MAX_BINS + 20)
+  page = render.render_html(report)
+  body = re.findall(r'<div class="hist"[^>]*>(.*?)</div>\n', page, re.S)[0]
+  assert body.count('<g class="bin">') == render.MAX_BINS
+  assert f"{render.MAX_BINS} largest of {render.MAX_BINS + 20} bins" in body
+
+
+def test_keys_and_feature_names_are_escaped():
+  evil = "<script>alert(1)</script>"
+  report = build_report(n_features=2, names=[evil, 'q"uote&amp'],
+                        divergent_by_stage={"window": 20})
+  report["samples"]["divergent"][0]["key"] = "<script>x</script>"
+  report["suspected_causes"][0]["production"] = "<b>1800</b>"
+  page = render.render_html(report)
+  assert "<script" not in page and "<b>" not in page
+  assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+  assert 'data-feature="q&quot;uote&amp;amp"' in page
+  assert "&lt;script&gt;x&lt;/script&gt;" in page
+
+
+def test_page_is_self_contained():
+  page = render.render_html(build_report(n_features=5, divergent_by_stage={"parse": 3}),
+                            trend=[{"date": "2025-01-01", "divergent_fraction": 0.0,
+                                    "exit_status": 0}])
+  lowered = page.lower()
+  for needle in ("http", "<script", "<link", "<img", "@import", "url(", "src="):
+    assert needle not in lowered, needle
+  assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+  assert page.count("<svg") == page.count("</svg>") >= 3
+
+
+def test_page_stays_small_for_fifty_features():
+  report = build_report(n_features=50, divergent_by_stage={"window": 500, "transform": 100},
+                        bins=20, samples=100)
+  trend = [{"date": f"2025-01-{d:02d}", "divergent_fraction": d / 1000, "exit_status": d % 2}
+           for d in range(1, 31)]
+  page = render.render_html(report, trend=trend)
+  assert len(page.encode("utf-8")) < 200_000
+  assert page.count('<g class="feature"') == 50
+
+
+def test_output_is_deterministic():
+  a = build_report(n_features=6, divergent_by_stage={"window": 30, "serialize": 5})
+  b = build_report(n_features=6, divergent_by_stage={"window": 30, "serialize": 5})
+  b["features"] = dict(reversed(list(b["features"].items())))  # insertion order is not output
+  b["drift"] = dict(reversed(list(b["drift"].items())))
+  assert render.render_html(a).encode() == render.render_html(b).encode()
+  assert render.render_text(a) == render.render_text(b)
+
+
+def test_zero_divergence_renders_a_clear_verdict():
+  report = build_report(n_features=3)
+  page = render.render_html(report)
+  assert re.search(r'<p class="verdict clean" id="verdict">no divergence', page)
+  assert [n for _, n in _stage_counts(page)] == ["0"] * 7
+  text = render.render_text(report)
+  assert "no divergence" in text and "DIVERGENCE" not in text
+  assert "features: no mismatches" in text and "suspected causes: none" in text
+
+
+def test_empty_report_renders():
+  report = build_report(names=["x"])
+  report["features"], report["drift"], report["samples"] = {}, {}, {}
+  page = render.render_html(report)
+  assert "no divergence" in page and "no transformed features" in page
+  assert len(_stage_counts(page)) == 7
+
+
+def test_verdicts_over_and_within_threshold():
+  over = build_report(divergent_by_stage={"window": 50})            # 5% > 1%
+  within = build_report(divergent_by_stage={"window": 5})           # 0.5% <= 1%
+  assert render.verdict(over)[0] == "divergent" and over["exit_code"] == 1
+  assert render.verdict(within)[0] == "within_threshold"
+  assert 'class="verdict divergent"' in render.render_html(over)
+  assert 'class="verdict within_threshold"' in render.render_html(within)
+  assert "DIVERGENCE" in render.render_text(over)
+  assert "divergence within threshold" in render.render_text(within)
+
+
+def test_text_summary_lists_stages_in_order_top_features_and_causes():
+  report = build_report(n_features=12, divergent_by_stage={"window": 60, "raw": 2})
+  text = render.render_text(report)
+  lines = text.splitlines()
+  start = lines.index("first divergent stage:")
+  stage_lines = lines[start + 1:start + 8]
+  assert [ln.split()[0] for ln in stage_lines] == STAGES
+  assert [int(ln.split()[1]) for ln in stage_lines] == [2, 0, 60, 0, 0, 0, 0]
+  assert "divergent fraction: 0.062 (threshold 0.01)" in text
+  top = [ln.split()[0] for ln in lines[lines.index("top features by mismatch rate:") + 1:]
+         if ln.startswith("  feature_")]
+  assert top == [f"feature_{i:02d}" for i in range(11, 1, -1)]  # 10, highest rate first
+  assert "profile.windowing.offset_seconds: 0 -> 1800 (60 records)" in text
+
+
+def test_text_summary_neutralises_control_characters():
+  report = build_report(n_features=1, names=["f\x1b[31mred"], divergent_by_stage={"window": 9})
+  text = render.render_text(report)
+  assert "\x1b" not in text and "f\\x1b[31mred" in text
+
+
+def test_trend_chart_plots_the_last_thirty_nights_in_date_order():
+  trend = [{"date": f"2025-02-{d:02d}", "divergent_fraction": d / 100, "exit_status": int(d > 20)}
+           for d in range(28, 0, -1)]
+  trend += [{"date": f"2025-03-{d:02d}", "divergent_fraction": 0.0, "exit_status": 2}
+            for d in range(1, 6)]
+  page = render.render_html(build_report(), trend=trend)
+  nights = re.findall(r'<circle class="night" [^>]*fill="([^"]+)"><title>([\d-]+):', page)
+  assert len(nights) == 30
+  dates = [d for _, d in nights]
+  assert dates == sorted(dates) and dates[0] == "2025-02-04" and dates[-1] == "2025-03-05"
+  colors = dict((d, c) for c, d in nights)
+  assert colors["2025-02-10"] == render.STATUS_COLORS[0]
+  assert colors["2025-02-25"] == render.STATUS_COLORS[1]
+  assert colors["2025-03-01"] == render.STATUS_COLORS[2]
+  assert 'class="threshold"' in page
+  assert "Last 30 nights" in page and "Last 30 nights" not in render.render_html(build_report())
