@@ -23,6 +23,8 @@ MAX_BINS = 40              # HTML: bins drawn per histogram (largest kept, in bi
 TREND_NIGHTS = 30
 OFFLINE_COLOR, PRODUCTION_COLOR = "#3b6fb6", "#e08a2c"
 STATUS_COLORS = {0: "#2e8540", 1: "#c0392b", 2: "#7f7f7f"}
+SPECIAL_BINS = (("neg_inf", "-inf"), ("pos_inf", "+inf"), ("nan", "NaN"))
+CAUSE_VALUE_CHARS = (60, 400)  # text, HTML: long values (analyzer outputs) are shortened
 
 
 def verdict(report):
@@ -76,8 +78,9 @@ def render_text(report):
   causes = report.get("suspected_causes", [])
   out.append("suspected causes:" if causes else "suspected causes: none")
   for c in causes:
-    out.append(f"  {c.get('stage', '?'):<10} {_plain(c.get('field', '?'))}: "
-               f"{_plain(_value(c.get('offline')))} -> {_plain(_value(c.get('production')))} "
+    a, b = (_plain(_short(_value(c.get(s)), CAUSE_VALUE_CHARS[0]))
+            for s in ("offline", "production"))
+    out.append(f"  {c.get('stage', '?'):<10} {_plain(c.get('field', '?'))}: {a} -> {b} "
                f"({c.get('records', 0)} records)")
   buckets = report.get("buckets")
   if buckets:
@@ -209,6 +212,9 @@ def _histogram(name, drift):
     labels = [f"[{_num(lo)}, {_num(hi)})" for lo, hi in zip(bins, bins[1:])]
   else:                           # categorical: one label per bin
     labels = [_value(x) for x in bins] + [""] * (len(a) - len(bins))
+  for special, label in SPECIAL_BINS:  # numeric NaN / inf counts: bins of their own
+    if len(hist.get(special) or ()) == 2:
+      labels, a, b = labels + [label], a + [hist[special][0]], b + [hist[special][1]]
   n = min(len(a), len(b), len(labels))
   ta, tb = (sum(a) or 1), (sum(b) or 1)
   idx = list(range(n))
@@ -278,8 +284,10 @@ def _causes(report):
     return "<p class=\"note\">none: run metadata agree on every profile field, version, " \
            "runner and analyzer</p>\n"
   return _table(["stage", "field", "offline", "production", "records"],
-                [[c.get("stage"), c.get("field"), _value(c.get("offline")),
-                  _value(c.get("production")), c.get("records", 0)] for c in causes], "causes")
+                [[c.get("stage"), c.get("field"),
+                  _short(_value(c.get("offline")), CAUSE_VALUE_CHARS[1]),
+                  _short(_value(c.get("production")), CAUSE_VALUE_CHARS[1]),
+                  c.get("records", 0)] for c in causes], "causes")
 
 
 def _samples(report):

@@ -220,3 +220,22 @@ def test_trend_chart_plots_the_last_thirty_nights_in_date_order():
   assert colors["2025-03-01"] == render.STATUS_COLORS[2]
   assert 'class="threshold"' in page
   assert "Last 30 nights" in page and "Last 30 nights" not in render.render_html(build_report())
+
+
+def test_numeric_nan_and_inf_counts_are_bins_of_their_own():
+  report = build_report(n_features=1, divergent_by_stage={"serialize": 10}, bins=4)
+  report["drift"]["feature_00"]["histogram"].update(nan=[3, 0], pos_inf=[0, 2])
+  body = re.findall(r'<div class="hist"[^>]*>(.*?)</div>\n', render.render_html(report), re.S)[0]
+  assert body.count('<g class="bin">') == 6
+  assert "<title>+inf: offline 0, production 2</title>" in body
+  assert "<title>NaN: offline 3, production 0</title>" in body
+
+
+def test_long_cause_values_are_shortened():
+  report = build_report(divergent_by_stage={"window": 20})
+  report["suspected_causes"][0].update(offline=list(range(500)), production=list(range(1, 501)))
+  text = render.render_text(report)
+  cause = [ln for ln in text.splitlines() if "offset_seconds" in ln][0]
+  assert len(cause) < 200 and "…" in cause
+  page = render.render_html(report)
+  assert "[0, 1, 2, 3" in page and ", 499]" not in page
