@@ -1,0 +1,15 @@
+"""skewtrace replay: diff offline vs production feature logs, stage by stage.
+
+Modules (imported on use, so `import replay` costs nothing and never loads TensorFlow):
+  diff      python -m replay.diff, the Beam diff job (CLI, exit codes 0 / 1 / 2)
+  compare   pure comparison kernels over Arrow tables, the mergeable Partial
+  tolerance the validated numeric tolerances
+  metadata  run-metadata comparison: suspected causes, equal and differing buckets
+  drift     mergeable histograms; L-infinity, Jensen-Shannon and PSI as TFDV defines them
+  model     the report model (frozen dataclasses, report.json's shape)
+  render    text and HTML renderers of a report
+  logger    the production-side feature logger
+  check     the nightly skew check;  cli  the skewtrace console script
+"""
+__all__ = ["check", "cli", "compare", "diff", "drift", "logger", "metadata", "model", "render",
+           "tolerance"]

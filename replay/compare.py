@@ -1,0 +1,379 @@
+"""Pure comparison kernels of the replay diff: one bucket's two feature-log tables -> a Partial.
+
+`compare_bucket(offline, production, context)` joins the bucket's offline and production rows
+by key (Arrow `index_in` / `is_in`, no per-row Python), classifies every key (matched, offline
+or production only with the other side's drop stage as the reason, dropped on both, duplicate
+keys excluded), and for matched keys compares the stage fingerprints in pipeline order and
+every transformed feature (fingerprint equality, then numeric tolerance) -- the semantics of
+docs/replay.md. The result is a `Partial`: counters, per-feature sums and maxima, the
+deterministic samples (smallest XXH64(key, seed 0) first) and the drift histograms; partials
+`merge` associatively, which is how the Beam job's CombineFn totals them.
+"""
+import dataclasses
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+
+from replay import drift
+from replay.tolerance import Tolerance
+from transforms.feature_log import STAGES
+
+__all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
+           "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "SAMPLE_KINDS"]
+
+RECORD_STAGES = ("raw", "parse", "window", "shard", "serialize")
+SIDES = ("offline", "production")
+COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "identical",
+            "within_tolerance", "divergent", "duplicate_keys_offline",
+            "duplicate_keys_production")
+SAMPLE_KINDS = ("divergent", "offline_only", "production_only", "duplicate_keys")
+_FEATURE_COUNTS = ("match", "mismatch", "within_tolerance", "offline_only", "production_only",
+                   "delta_n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a bucket comparison needs to know about the two runs."""
+  tolerance: Tolerance = Tolerance()
+  transform_stage: str = "transform"  # first stage of a transform-only divergence
+  analyze_match: bool = True          # the runs' analyze fingerprints are equal
+  samples: int = 10
+
+
+@dataclasses.dataclass
+class Partial:
+  """Mergeable totals over some buckets (plain data; `merge` returns a new one)."""
+  samples_cap: int
+  buckets: int = 0
+  records: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+  one_side: dict = dataclasses.field(default_factory=lambda: {s: {} for s in SIDES})
+  first_stage: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(STAGES, 0))
+  stages: dict = dataclasses.field(default_factory=lambda: {s: [0, 0] for s in STAGES})
+  # name -> {kind, match, mismatch, within_tolerance, offline_only, production_only,
+  #          delta_n, delta_sums (one per bucket), delta_max}
+  features: dict = dataclasses.field(default_factory=dict)
+  # kind -> [(xxh64 of key, key, entry dict)], at most samples_cap, smallest hash first
+  samples: dict = dataclasses.field(default_factory=lambda: {k: [] for k in SAMPLE_KINDS})
+  histograms: dict = dataclasses.field(default_factory=lambda: {s: {} for s in SIDES})
+
+
+def empty(samples_cap=10):
+  return Partial(samples_cap=samples_cap)
+
+
+def _add_counts(a, b):
+  out = dict(a)
+  for k, v in b.items():
+    out[k] = out.get(k, 0) + v
+  return out
+
+
+def _merge_feature(a, b):
+  if a is None or b is None:
+    return dict(b if a is None else a)
+  out = {k: a[k] + b[k] for k in _FEATURE_COUNTS}
+  # Per-bucket sums are kept apart and added with math.fsum at the end (model.py), so the
+  # total does not depend on the order in which a runner merges buckets.
+  out.update(kind=a["kind"], delta_sums=a["delta_sums"] + b["delta_sums"],
+             delta_max=max(a["delta_max"], b["delta_max"]))
+  return out
+
+
+def _smallest(entries, cap):
+  return sorted(entries, key=lambda e: (e[0], e[1]))[:cap]
+
+
+def merge(a, b):
+  """The Partial of the union of two disjoint sets of buckets."""
+  cap = max(a.samples_cap, b.samples_cap)
+  names = sorted(set(a.features) | set(b.features))
+  return Partial(
+      samples_cap=cap, buckets=a.buckets + b.buckets,
+      records=_add_counts(a.records, b.records),
+      one_side={s: _add_counts(a.one_side[s], b.one_side[s]) for s in SIDES},
+      first_stage=_add_counts(a.first_stage, b.first_stage),
+      stages={s: [a.stages[s][0] + b.stages[s][0], a.stages[s][1] + b.stages[s][1]]
+              for s in STAGES},
+      features={n: _merge_feature(a.features.get(n), b.features.get(n)) for n in names},
+      samples={k: _smallest(a.samples[k] + b.samples[k], cap) for k in SAMPLE_KINDS},
+      histograms={s: {n: drift.merge(a.histograms[s].get(n), b.histograms[s].get(n))
+                      for n in sorted(set(a.histograms[s]) | set(b.histograms[s]))}
+                  for s in SIDES})
+
+
+def feature_kind(typ):
+  """'numeric' for float values (or lists of them), else 'categorical'."""
+  return "numeric" if drift.is_numeric_type(typ) else "categorical"
+
+
+def _new_feature(kind):
+  return {"kind": kind, **dict.fromkeys(_FEATURE_COUNTS, 0), "delta_sums": [],
+          "delta_max": 0.0}
+
+
+# --------------------------------------------------------------------------- helpers
+def _column(table, name):
+  if name not in table.schema.names:
+    return None
+  col = table.column(name)
+  return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _u64(table, name):
+  """(valid bool[n], values uint64[n]) of a fingerprint column; a missing column is all null."""
+  col = _column(table, name)
+  if col is None:
+    return np.zeros(table.num_rows, bool), np.zeros(table.num_rows, np.uint64)
+  valid = col.is_valid().to_numpy(zero_copy_only=False)
+  return valid, col.cast(pa.uint64()).fill_null(0).to_numpy(zero_copy_only=False)
+
+
+def _eq(a, b):
+  """Null-aware equality of two (valid, values) pairs: equal when both null or both equal."""
+  return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
+
+
+def _key_hashes(keys):
+  """XXH64(key UTF-8, seed 0) of each key, the sample order. Per key by design: it runs only
+  over sample candidates (divergent / one-side / duplicate keys), never over every row."""
+  return np.array([xxhash.xxh64_intdigest(k.encode("utf-8")) for k in keys], dtype=np.uint64)
+
+
+def _samples(keys, make, cap):
+  """[(hash, key, entry)] of the `cap` keys with the smallest hashes; make(i) -> entry."""
+  keys = keys.to_pylist() if hasattr(keys, "to_pylist") else list(keys)
+  if not keys or cap <= 0:
+    return []
+  h = _key_hashes(keys)
+  order = np.lexsort((np.array(keys, dtype=object).astype(str), h))[:cap]
+  return [(int(h[i]), keys[i], make(int(i))) for i in order]
+
+
+def _jsonable(v):
+  if isinstance(v, float) and not np.isfinite(v):
+    return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+  if isinstance(v, list):
+    return [_jsonable(x) for x in v]
+  if isinstance(v, bytes):
+    return v.decode("utf-8", "replace")
+  return v
+
+
+def _dedupe(table):
+  """(rows whose key is unique, the duplicated keys) of one side."""
+  keys = _column(table, "key")
+  vc = pc.value_counts(keys)
+  dup = vc.field("values").filter(pc.greater(vc.field("counts"), 1))
+  if not len(dup):
+    return table, dup
+  return table.filter(pc.invert(pc.is_in(keys, value_set=dup))), dup
+
+
+def _as_elements(col):
+  """(length per row, -1 for a null value; float64 elements; element valid) or None when the
+  values are not numbers."""
+  typ = col.type
+  if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+    lengths = pc.list_value_length(col).fill_null(-1).to_numpy(zero_copy_only=False)
+    flat = col.flatten()
+  else:
+    lengths = np.where(col.is_valid().to_numpy(zero_copy_only=False), 1, -1)
+    flat = col.drop_null()
+  if not (pa.types.is_floating(flat.type) or pa.types.is_integer(flat.type)):
+    return None
+  valid = flat.is_valid().to_numpy(zero_copy_only=False)
+  values = flat.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+  return lengths.astype(np.int64), values, valid
+
+
+def _numeric_rows(a_col, b_col, abs_tol, rel_tol):
+  """Per row of two aligned value columns: (within tolerance, |delta| defined, |delta|).
+
+  |delta| of a list is its largest element difference; it is defined when both values have
+  the same length and every element pair is finite (or both null / equal infinities).
+  """
+  n = len(a_col)
+  none = np.zeros(n, bool)
+  ea, eb = _as_elements(a_col), _as_elements(b_col)
+  if ea is None or eb is None:
+    return none, none, np.zeros(n)
+  (la, xa, va), (lb, xb, vb) = ea, eb
+  comparable = (la >= 0) & (la == lb)
+  row_a = np.repeat(np.arange(n), np.maximum(la, 0))
+  row_b = np.repeat(np.arange(n), np.maximum(lb, 0))
+  keep_a, keep_b = comparable[row_a], comparable[row_b]
+  a, b, va, vb, row = xa[keep_a], xb[keep_b], va[keep_a], vb[keep_b], row_a[keep_a]
+  both = va & vb
+  with np.errstate(invalid="ignore"):
+    diff = np.abs(b - a)
+    equal = both & ((a == b) | (np.isnan(a) & np.isnan(b)))
+    close = equal | (both & (diff <= abs_tol + rel_tol * np.abs(a))) | (~va & ~vb)
+  finite = both & np.isfinite(diff)
+  quantified = finite | equal | (~va & ~vb)
+  bad_close = np.bincount(row, weights=~close, minlength=n)
+  bad_delta = np.bincount(row, weights=~quantified, minlength=n)
+  delta = np.zeros(n)
+  np.maximum.at(delta, row[finite], diff[finite])
+  return comparable & (bad_close == 0), comparable & (bad_delta == 0), delta
+
+
+# --------------------------------------------------------------------------- kernels
+def _empty_like(table):
+  return table.schema.empty_table()
+
+
+def compare_bucket(offline, production, context=Context()):
+  """The Partial of one bucket. Either side may be None (the bucket has no rows there)."""
+  if offline is None and production is None:
+    raise ValueError("compare_bucket needs at least one side")
+  offline = _empty_like(production) if offline is None else offline
+  production = _empty_like(offline) if production is None else production
+  part = empty(context.samples)
+  part.buckets = 1
+  for side, table in zip(SIDES, (offline, production)):
+    for name in table.schema.names:
+      if name.startswith("value__"):
+        part.histograms[side][name[7:]] = drift.histogram(_column(table, name))
+  off, off_dup = _dedupe(offline)
+  prod, prod_dup = _dedupe(production)
+  rec = part.records
+  rec["duplicate_keys_offline"], rec["duplicate_keys_production"] = len(off_dup), len(prod_dup)
+  dups = [("offline", k) for k in off_dup.to_pylist()] + \
+         [("production", k) for k in prod_dup.to_pylist()]
+  part.samples["duplicate_keys"] = _samples(
+      [k for _, k in dups], lambda i: {"side": dups[i][0], "key": dups[i][1]}, context.samples)
+
+  ok, pk = _column(off, "key"), _column(prod, "key")
+  pos = pc.index_in(ok, value_set=pk)
+  in_prod = pos.is_valid().to_numpy(zero_copy_only=False)
+  prod_in_off = pc.is_in(pk, value_set=ok).to_numpy(zero_copy_only=False)
+  j = pos.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+  off_stage = _column(off, "dropped_stage").cast(pa.string())
+  prod_stage = _column(prod, "dropped_stage").cast(pa.string())
+  off_kept = off_stage.is_null().to_numpy(zero_copy_only=False)
+  prod_kept = prod_stage.is_null().to_numpy(zero_copy_only=False)
+  prod_kept_at = in_prod & (prod_kept[j] if len(pk) else False)
+  matched = in_prod & off_kept & prod_kept_at
+  # Offline rows kept there only: the reason is production's drop stage, or "absent".
+  other = prod_stage.take(pa.array(j)) if len(pk) else pa.nulls(len(ok), pa.string())
+  reasons = pc.if_else(pa.array(in_prod), other, pa.scalar(None, pa.string()))
+  _one_side(part, "offline", ok, reasons.fill_null("absent"), off_kept & ~matched,
+            context.samples)
+  # Production rows kept there only: matched keys offline dropped, then keys offline lacks.
+  from_off = in_prod & ~off_kept & prod_kept_at
+  lacking = ~prod_in_off & prod_kept
+  rows = np.concatenate([j[from_off], np.flatnonzero(lacking)]).astype(np.int64)
+  reasons = pa.concat_arrays([off_stage.filter(pa.array(from_off)),
+                              pa.array(["absent"] * int(lacking.sum()), pa.string())])
+  _one_side(part, "production", pk.take(pa.array(rows)), reasons, None, context.samples)
+  rec["dropped_both"] = int(np.count_nonzero(~off_kept & ~prod_kept_at)) + \
+      int(np.count_nonzero(~prod_in_off & ~prod_kept))
+  _compare_matched(part, off.filter(pa.array(matched)),
+                   prod.take(pa.array(j[matched], pa.int64())), context)
+  return part
+
+
+def _one_side(part, side, keys, reasons, mask, cap):
+  if mask is not None:
+    keys, reasons = keys.filter(pa.array(mask)), reasons.filter(pa.array(mask))
+  part.records[f"{side}_only"] = len(keys)
+  if not len(keys):
+    return
+  vc = pc.value_counts(reasons)
+  part.one_side[side] = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
+  reason_list = reasons.to_pylist()
+  key_list = keys.to_pylist()
+  part.samples[f"{side}_only"] = _samples(
+      key_list, lambda i: {"key": key_list[i], "reason": reason_list[i]}, cap)
+
+
+def _compare_matched(part, o, p, context):
+  n = o.num_rows
+  rec = part.records
+  rec["matched_keys"] = n
+  early = np.zeros((n, len(RECORD_STAGES)), bool)
+  for s, stage in enumerate(RECORD_STAGES):
+    eq = _eq(_u64(o, f"fp_{stage}"), _u64(p, f"fp_{stage}"))
+    early[:, s] = ~eq
+    part.stages[stage] = [int(eq.sum()), int(n - eq.sum())]
+  part.stages["analyze"] = [n, 0] if context.analyze_match else [0, n]
+  t_eq = _eq(_u64(o, "fp_transform"), _u64(p, "fp_transform"))
+  part.stages["transform"] = [int(t_eq.sum()), int(n - t_eq.sum())]
+  names = sorted({c[4:] for t in (o, p) for c in t.schema.names if c.startswith("fp__")})
+  differs_any, bad_any = np.zeros(n, bool), np.zeros(n, bool)
+  differs = {}
+  for name in names:
+    a, b = _u64(o, f"fp__{name}"), _u64(p, f"fp__{name}")
+    va, vp = _column(o, f"value__{name}"), _column(p, f"value__{name}")
+    kind = feature_kind((va if va is not None else vp).type) if (va is not None or
+                                                                vp is not None) else "categorical"
+    f = part.features.setdefault(name, _new_feature(kind))
+    both = a[0] & b[0]
+    match = both & (a[1] == b[1])
+    diff = both & ~match
+    within = np.zeros(n, bool)
+    if kind == "numeric" and va is not None and vp is not None and diff.any():
+      rows = np.flatnonzero(diff)
+      w, quantified, delta = _numeric_rows(va.take(pa.array(rows)), vp.take(pa.array(rows)),
+                                           *context.tolerance.for_feature(name))
+      within[rows[w]] = True
+      f["delta_n"] += int(quantified.sum())
+      f["delta_sums"] = sorted(f["delta_sums"] + [float(delta[quantified].sum())])
+      f["delta_max"] = max(f["delta_max"], float(delta[quantified].max(initial=0.0)))
+    one = a[0] != b[0]
+    f["match"] += int(match.sum())
+    f["delta_n"] += int(match.sum()) if kind == "numeric" else 0
+    f["within_tolerance"] += int(within.sum())
+    f["mismatch"] += int((diff & ~within).sum())
+    f["offline_only"] += int((a[0] & ~b[0]).sum())
+    f["production_only"] += int((~a[0] & b[0]).sum())
+    differs[name] = diff | one
+    differs_any |= differs[name]
+    bad_any |= (diff & ~within) | one
+  any_early = early.any(axis=1)
+  transform_diff = ~t_eq & ~any_early
+  within_rec = transform_diff & differs_any & ~bad_any
+  div_transform = transform_diff & ~within_rec
+  rec["identical"] = int(np.count_nonzero(~any_early & t_eq))
+  rec["within_tolerance"] = int(within_rec.sum())
+  rec["divergent"] = int(any_early.sum() + div_transform.sum())
+  first = np.full(n, "", dtype=object)
+  first[any_early] = np.array(RECORD_STAGES, dtype=object)[early[any_early].argmax(axis=1)]
+  first[div_transform] = context.transform_stage
+  for stage in RECORD_STAGES + (context.transform_stage,):
+    part.first_stage[stage] += int(np.count_nonzero(first == stage))
+  rows = np.flatnonzero(any_early | div_transform)
+  keys = _column(o, "key").take(pa.array(rows, pa.int64())).to_pylist()
+
+  def entry(i):
+    r = int(rows[i])
+    feats = {name: [_jsonable(_value(o, name, r)), _jsonable(_value(p, name, r))]
+             for name in names if differs[name][r]}
+    return {"key": keys[i], "first_divergent_stage": first[r], "features": feats}
+  part.samples["divergent"] = _samples(keys, entry, context.samples)
+
+
+def _value(table, name, row):
+  col = _column(table, f"value__{name}")
+  return None if col is None else col[row].as_py()
+
+
+def equal_bucket(entry, feature_names, context=Context()):
+  """The Partial of a bucket whose digests agree on every stage, from its metadata entry
+  alone (it is not read): every kept record identical, every dropped one dropped on both."""
+  part = empty(context.samples)
+  kept = entry["rows"] - entry["dropped"]
+  transformed = int(str(entry["digests"]["transform"]).split(":")[0])
+  rec = part.records
+  rec["matched_keys"] = rec["identical"] = kept
+  rec["dropped_both"] = entry["dropped"]
+  for stage in RECORD_STAGES + ("transform",):
+    part.stages[stage] = [kept, 0]
+  part.stages["analyze"] = [kept, 0] if context.analyze_match else [0, kept]
+  for name, kind in feature_names:
+    f = part.features[name] = _new_feature(kind)
+    f["match"] = transformed
+    f["delta_n"] = transformed if kind == "numeric" else 0
+  return part

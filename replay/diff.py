@@ -1,0 +1,298 @@
+"""Replay diff: offline vs production feature logs -> each record's first divergent stage.
+
+DirectRunner:
+  python -m replay.diff --offline out/offline --production out/production --output_dir out/diff \
+      [--abs_tol X] [--rel_tol Y] [--tolerance feature=abs:rel ...] \
+      [--max_divergent_fraction F] [--samples N]
+Dataflow: add --runner DataflowRunner --project P --region R --temp_location gs://B/tmp
+  --setup_file ./setup.py (logs and output on gs://).
+
+Shaped like TFDV's skew detector: the run metadata are compared first (suspected causes); the
+buckets whose per-stage digests differ are Created, each side's bucket parts read as Arrow
+tables, joined by bucket (CoGroupByKey), compared vectorised (replay/compare.py), totalled by a
+CombineFn and turned into the report (replay/model.py) with deterministic samples. Buckets equal
+on every digest are never read, so the cost grows with the divergence, not with the logs.
+Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, prints a summary.
+Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
+"""
+import importlib.util
+import io
+import json
+import uuid
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import common, dataset
+from replay import compare, metadata, model, tolerance as tolerances
+
+__all__ = ["DiffOptions", "build_pipeline", "run", "METRICS_NAMESPACE"]
+
+METRICS_NAMESPACE = "skewtrace.replay"
+REPORT_JSON, REPORT_HTML = "report.json", "report.html"
+_OWN = {REPORT_JSON, REPORT_HTML}
+
+
+class DiffOptions(PipelineOptions):
+  """Flags of replay.diff."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    parser.add_argument("--offline", help="Offline feature-log folder (pipelines.features "
+                                          "output: run_metadata.json + feature_log/).")
+    parser.add_argument("--production", help="Production feature-log folder, same layout.")
+    parser.add_argument("--abs_tol", type=float, default=None,
+                        help="Absolute tolerance on numeric features (default 0).")
+    parser.add_argument("--rel_tol", type=float, default=None,
+                        help="Relative tolerance on numeric features (default 0).")
+    parser.add_argument("--tolerance", action="append", default=None,
+                        help="Per-feature tolerance feature=abs:rel (repeatable).")
+    parser.add_argument("--max_divergent_fraction", type=float, default=0.0,
+                        help="Largest divergent fraction that still exits 0 (default 0).")
+    parser.add_argument("--samples", type=int, default=10,
+                        help="Samples kept per kind (divergent, one side only, duplicates).")
+    # --output_dir and --overwrite: common.OutputOptions.
+
+
+def _read_parts(task, side):
+  """(bucket, Arrow table) for each of the bucket's parts on one side."""
+  bucket, parts = task
+  for path in parts[side]:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+      yield bucket, pq.read_table(io.BytesIO(f.read()))
+
+
+def _concat(tables):
+  """One side's rows of a bucket (parts in any order), or None when it has none there."""
+  if not tables:
+    return None
+  if len(tables) == 1:
+    return tables[0]
+  # Parts arrive in any order: sort by key so per-bucket sums are the same on every runner.
+  table = pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+  return table.take(pc.sort_indices(table, [("key", "ascending")]))
+
+
+class _CompareBucketFn(beam.DoFn):
+  """(bucket, {offline: [part tables], production: [...]}) -> the bucket's Partial."""
+
+  def __init__(self, context):
+    self._context = context
+    self._buckets = Metrics.counter(METRICS_NAMESPACE, "buckets_compared")
+    self._rows = {s: Metrics.counter(METRICS_NAMESPACE, f"rows_read_{s}") for s in compare.SIDES}
+    self._records = {k: Metrics.counter(METRICS_NAMESPACE, k) for k in compare.COUNTERS}
+
+  def process(self, element):
+    _, grouped = element
+    tables = {s: _concat(list(grouped[s])) for s in compare.SIDES}
+    part = compare.compare_bucket(tables["offline"], tables["production"], self._context)
+    self._buckets.inc()
+    for s, t in tables.items():
+      self._rows[s].inc(t.num_rows if t is not None else 0)
+    for k, counter in self._records.items():
+      counter.inc(part.records[k])
+    yield part
+
+
+class _PartialCombineFn(beam.CombineFn):
+  """Totals of bucket Partials (compare.merge is associative and commutative)."""
+
+  def __init__(self, samples):
+    self._samples = samples
+
+  def create_accumulator(self):
+    return compare.empty(self._samples)
+
+  def add_input(self, accumulator, part):
+    return compare.merge(accumulator, part)
+
+  def merge_accumulators(self, accumulators):
+    out = self.create_accumulator()
+    for a in accumulators:
+      out = compare.merge(out, a)
+    return out
+
+  def extract_output(self, accumulator):
+    return accumulator
+
+
+def _write_report(partial, plan, path):
+  report = _build(plan, compare.merge(plan["equal_partial"], partial))
+  with FileSystems.create(path) as f:
+    f.write(json.dumps(report).encode("utf-8"))
+
+
+def build_pipeline(plan, options, report_path):
+  """The un-run diff Pipeline over plan["tasks"]: (bucket, {side: [its part paths]})."""
+  p = beam.Pipeline(options=options)
+  tasks = p | "DifferingBuckets" >> beam.Create(plan["tasks"])
+  sides = {s: tasks | f"Read{s.capitalize()}Parts" >> beam.FlatMap(_read_parts, s)
+           for s in compare.SIDES}
+  _ = (sides
+       | "JoinBuckets" >> beam.CoGroupByKey()
+       | "CompareBuckets" >> beam.ParDo(_CompareBucketFn(plan["context"]))
+       | "Totals" >> beam.CombineGlobally(_PartialCombineFn(plan["context"].samples))
+       | "WriteReport" >> beam.Map(_write_report, plan, report_path))
+  return p
+
+
+# --------------------------------------------------------------------------- planning
+def _parts(directory, bucket, num_buckets, side):
+  pattern = metadata.bucket_pattern(directory, bucket, num_buckets)
+  try:
+    found = FileSystems.match([pattern])[0].metadata_list
+  except Exception as e:  # Beam raises BeamIOError for a bad pattern or unreachable store
+    raise common.UsageError(f"--{side}: cannot list {pattern}: {e}") from None
+  return sorted(m.path for m in found)
+
+
+def _footer(path, side):
+  try:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+      return pq.ParquetFile(io.BytesIO(f.read())).metadata
+  except (OSError, pa.ArrowException) as e:
+    raise common.UsageError(f"--{side}: {path} is not a readable Parquet file ({e})") from None
+
+
+def _check_parts(meta, directory, bucket, side):
+  """The bucket's part paths on one side, checked against run_metadata.json."""
+  entry = {int(b["bucket"]): b for b in meta["log"]["buckets"]}.get(bucket)
+  if entry is None:
+    return [], None
+  paths = _parts(directory, bucket, meta["log"]["num_buckets"], side)
+  if not paths and entry["rows"]:
+    raise common.UsageError(f"--{side}: bucket {bucket} has {entry['rows']} rows in "
+                            f"run_metadata.json but no file {metadata.bucket_pattern(directory, bucket, meta['log']['num_buckets'])}")
+  footers = [_footer(p, side) for p in paths]
+  rows = sum(f.num_rows for f in footers)
+  if rows != entry["rows"]:
+    raise common.UsageError(f"--{side}: bucket {bucket} holds {rows} rows, run_metadata.json "
+                            f"says {entry['rows']} (log and metadata out of step)")
+  schema = footers[0].schema.to_arrow_schema() if footers else None
+  if schema is not None and "key" not in schema.names:
+    raise common.UsageError(f"--{side}: {paths[0]} is not a feature-log file (no key column)")
+  return paths, schema
+
+
+def _feature_kinds(schemas):
+  kinds = {}
+  for schema in schemas:
+    for field in schema:
+      if field.name.startswith("value__"):
+        kinds.setdefault(field.name[7:], compare.feature_kind(field.type))
+  return tuple(sorted(kinds.items()))
+
+
+def _plan(opts, out):
+  if not out.output_dir:
+    raise common.UsageError("--output_dir is required")
+  tol = tolerances.from_flags(opts.abs_tol, opts.rel_tol, opts.tolerance or ())
+  frac = opts.max_divergent_fraction
+  if not 0 <= frac <= 1:
+    raise common.UsageError(f"--max_divergent_fraction must be in [0, 1], got {frac}")
+  if opts.samples < 0:
+    raise common.UsageError(f"--samples must be >= 0, got {opts.samples}")
+  dirs = {"offline": opts.offline, "production": opts.production}
+  metas = {s: metadata.load(d, s) for s, d in dirs.items()}
+  metadata.check_compatible(metas["offline"], metas["production"])
+  differing, equal = metadata.plan_buckets(metas["offline"], metas["production"])
+  tasks, schemas = [], []
+  for bucket in differing:
+    parts = {}
+    for side in compare.SIDES:
+      parts[side], schema = _check_parts(metas[side], dirs[side], bucket, side)
+      schemas += [schema] if schema is not None else []
+    tasks.append((bucket, parts))
+  if not schemas and equal:  # nothing read: the features of equal buckets from one footer
+    first = metadata.bucket_pattern(dirs["offline"], int(equal[0]["bucket"]),
+                                    metas["offline"]["log"]["num_buckets"])
+    paths = _parts(dirs["offline"], int(equal[0]["bucket"]),
+                   metas["offline"]["log"]["num_buckets"], "offline")
+    if not paths:
+      raise common.UsageError(f"--offline: no file {first}")
+    schemas.append(_footer(paths[0], "offline").schema.to_arrow_schema())
+  ao, ap = metas["offline"]["analyze"], metas["production"]["analyze"]
+  analyze_match = ao.get("fingerprint") == ap.get("fingerprint")
+  stage = "analyze" if not analyze_match and ao.get("definition") == ap.get("definition") \
+      else "transform"
+  context = compare.Context(tolerance=tol, transform_stage=stage,
+                            analyze_match=analyze_match, samples=opts.samples)
+  kinds = _feature_kinds(schemas)
+  equal_partial = compare.empty(opts.samples)
+  for entry in equal:
+    equal_partial = compare.merge(equal_partial, compare.equal_bucket(entry, kinds, context))
+  sides = {s: model.Side(dir=dirs[s], runner=str(metas[s]["runner"]),
+                         rows=int(metas[s]["log"]["rows"])) for s in compare.SIDES}
+  return {"output_dir": out.output_dir, "tasks": tasks, "context": context,
+          "equal_partial": equal_partial, "sides": sides, "tolerance": tol,
+          "max_divergent_fraction": frac, "buckets_total": len(differing) + len(equal),
+          "causes": metadata.suspected_causes(metas["offline"], metas["production"])}
+
+
+def _build(plan, partial):
+  return model.build_report(partial, plan["sides"]["offline"], plan["sides"]["production"],
+                            plan["tolerance"], plan["max_divergent_fraction"], plan["causes"],
+                            plan["buckets_total"]).to_dict()
+
+
+def _check_output_dir(output_dir, overwrite):
+  foreign = [e for e in dataset.top_entries(output_dir)
+             if e not in _OWN and not e.startswith(".tmp-") and not e.endswith(".tmp")]
+  if foreign and not overwrite:
+    raise common.UsageError(f"{output_dir} holds other files ({', '.join(foreign[:5])}); "
+                            "pass --overwrite to write the report there anyway")
+
+
+def _summary(report):
+  r = report["records"]
+  firsts = ", ".join(f"{s} {n}" for s, n in report["first_divergent_stage"].items() if n)
+  return "\n".join([
+      f"records: {r['offline']} offline, {r['production']} production, {r['matched_keys']} "
+      f"matched; identical {r['identical']}, within tolerance {r['within_tolerance']}, "
+      f"divergent {r['divergent']}; offline only {r['offline_only']}, production only "
+      f"{r['production_only']}",
+      f"first divergent stage: {firsts or 'none'}",
+      f"divergent fraction {report['divergent_fraction']:.6g} (max "
+      f"{report['max_divergent_fraction']:.6g}) -> exit {report['exit_code']}"])
+
+
+def run(argv=None, save_main_session=True):
+  """Runs the diff; returns the exit code (0 / 1). Raises UsageError for bad flags/input."""
+  options, opts, out = common.job_options(argv, DiffOptions, save_main_session)
+  plan = _plan(opts, out)
+  output_dir = plan["output_dir"]
+  _check_output_dir(output_dir, out.overwrite)
+  if plan["tasks"]:
+    temp_dir = FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}")
+    try:
+      FileSystems.mkdirs(temp_dir)
+      path = FileSystems.join(temp_dir, REPORT_JSON)
+      build_pipeline(plan, options, path).run().wait_until_finish()
+      with FileSystems.open(path, compression_type="uncompressed") as f:
+        report = json.loads(f.read().decode("utf-8"))
+    finally:
+      dataset.remove_tree(temp_dir)
+  else:  # every bucket equal: nothing to read, no pipeline to run
+    report = _build(plan, plan["equal_partial"])
+  if not FileSystems.exists(output_dir):
+    FileSystems.mkdirs(output_dir)
+  dataset.write_atomically(FileSystems.join(output_dir, REPORT_JSON),
+                           (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+  if importlib.util.find_spec("replay.render") is not None:
+    from replay import render  # pylint: disable=import-outside-toplevel
+    dataset.write_atomically(FileSystems.join(output_dir, REPORT_HTML),
+                             render.render_html(report).encode("utf-8"))
+    print(render.render_text(report))
+  else:
+    print(_summary(report))
+  print(f"report: {FileSystems.join(output_dir, REPORT_JSON)}")
+  return report["exit_code"]
+
+
+if __name__ == "__main__":
+  common.main_wrapper(run)

@@ -1,0 +1,167 @@
+"""Run metadata of the replay diff: load two run_metadata.json, name suspected causes, plan buckets.
+
+Every difference between the two runs' metadata that can change a record becomes a suspected
+cause tied to the stage it can first affect (docs/replay.md has the table):
+  input.content_digest, input.key_columns -> raw     schema.columns.<name> (type) -> parse
+  windowing.*, schema.aggregates -> window           sharding.*, sampling.* -> shard
+  serialization.* -> serialize                       analyze.fingerprint, analyzer outputs -> analyze
+  analyze.definition, transform_module, analyzers on one side only -> transform
+  runner -> window (triggering / grouping) and analyze (floating sums, approximate quantiles)
+  versions.<library> -> each stage the library takes part in (VERSION_STAGES)
+Buckets are compared by their per-stage digests: a bucket equal on every digest (and in rows
+and drops) on both sides is skipped unread; the rest are read and joined.
+"""
+import json
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.common import UsageError
+from transforms.feature_log import STAGES
+
+__all__ = ["FORMAT", "RUN_METADATA", "VERSION_STAGES", "load", "check_compatible",
+           "suspected_causes", "plan_buckets", "bucket_pattern"]
+
+FORMAT = "skewtrace.features/1"
+RUN_METADATA = "run_metadata.json"
+DIGEST_STAGES = ("raw", "parse", "window", "shard", "serialize", "transform")
+PROFILE_STAGES = {"windowing": "window", "sharding": "shard", "sampling": "shard",
+                  "serialization": "serialize"}
+VERSION_STAGES = {
+    "python": ("parse", "transform"),           # number formatting, float parsing
+    "pyarrow": ("parse", "serialize"),          # CSV parsing, Parquet round trip
+    "beam": ("window", "shard"),                # grouping, windowing, combiners
+    "tfx_bsl": ("serialize", "transform"),      # TFXIO reading, TFT batch conversion
+    "tft": ("analyze", "transform"),
+    "tf": ("analyze", "transform"),
+    "skewtrace": STAGES,                        # defines every stage and fingerprint
+}
+RUNNER_STAGES = ("window", "analyze")
+_REQUIRED = ("format", "profile", "transform_module", "input", "schema", "versions", "runner",
+             "analyze", "log")
+
+
+def load(directory, side):
+  """The parsed run_metadata.json of a feature-log folder; UsageError names what is wrong."""
+  if not directory:
+    raise UsageError(f"--{side} is required")
+  if not FileSystems.exists(directory):
+    raise UsageError(f"--{side} {directory}: no such folder")
+  path = FileSystems.join(directory, RUN_METADATA)
+  if not FileSystems.exists(path):
+    raise UsageError(f"--{side} {directory}: no {RUN_METADATA} (not a feature-log folder)")
+  try:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+      meta = json.loads(f.read().decode("utf-8"))
+  except (ValueError, UnicodeDecodeError) as e:
+    raise UsageError(f"--{side} {path}: not valid JSON ({e})") from None
+  if not isinstance(meta, dict):
+    raise UsageError(f"--{side} {path}: not a run metadata object")
+  if meta.get("format") != FORMAT:
+    raise UsageError(f"--{side} {path}: format {meta.get('format')!r}, this diff reads {FORMAT}")
+  missing = [k for k in _REQUIRED if k not in meta]
+  if missing:
+    raise UsageError(f"--{side} {path}: lacks {', '.join(missing)}")
+  log = meta["log"]
+  try:
+    for b in log["buckets"]:
+      int(b["bucket"]), int(b["rows"]), int(b["dropped"])
+      for stage in DIGEST_STAGES:
+        int(str(b["digests"][stage]).split(":")[0])
+    int(log["num_buckets"]), int(log["seed"])
+  except (KeyError, TypeError, ValueError) as e:
+    raise UsageError(f"--{side} {path}: malformed log section ({e!r})") from None
+  return meta
+
+
+def check_compatible(offline, production):
+  """UsageError unless the two logs can be joined bucket by bucket."""
+  if offline["format"] != production["format"]:
+    raise UsageError(f"logs of different format versions: {offline['format']} vs "
+                     f"{production['format']}")
+  for field in ("num_buckets", "seed"):
+    a, b = offline["log"][field], production["log"][field]
+    if a != b:
+      raise UsageError(f"logs bucketed differently: log.{field} {a} (offline) vs {b} "
+                       "(production); rerun one side with the other's --log_buckets")
+
+
+def _flatten(prefix, value):
+  if isinstance(value, dict):
+    out = {}
+    for k in value:
+      out.update(_flatten(f"{prefix}.{k}" if prefix else str(k), value[k]))
+    return out
+  return {prefix: value}
+
+
+def _diff(out, stages, field, a, b):
+  if a != b:
+    for stage in stages:
+      out.append({"stage": stage, "field": field, "offline": a, "production": b})
+
+
+def _analyzer_value(entry):
+  if entry is None:
+    return None
+  return entry["values"] if "values" in entry else entry.get("fingerprint")
+
+
+def suspected_causes(offline, production):
+  """[{stage, field, offline, production}] sorted by pipeline stage, then field."""
+  out = []
+  for section, stage in PROFILE_STAGES.items():
+    a = _flatten(section, offline["profile"].get(section, {}))
+    b = _flatten(section, production["profile"].get(section, {}))
+    for field in sorted(set(a) | set(b)):
+      _diff(out, (stage,), field, a.get(field), b.get(field))
+  _diff(out, ("transform",), "transform_module", offline["transform_module"],
+        production["transform_module"])
+  _diff(out, RUNNER_STAGES, "runner", offline["runner"], production["runner"])
+  for field in ("content_digest", "key_columns"):
+    _diff(out, ("raw",), f"input.{field}", offline["input"].get(field),
+          production["input"].get(field))
+  cols = [{c["name"]: c["type"] for c in m["schema"].get("columns", [])}
+          for m in (offline, production)]
+  for name in sorted(set(cols[0]) | set(cols[1])):
+    _diff(out, ("parse",), f"schema.columns.{name}", cols[0].get(name), cols[1].get(name))
+  _diff(out, ("window",), "schema.aggregates", offline["schema"].get("aggregates"),
+        production["schema"].get("aggregates"))
+  va, vb = offline["versions"], production["versions"]
+  for lib in sorted(set(va) | set(vb)):
+    _diff(out, VERSION_STAGES.get(lib, STAGES), f"versions.{lib}", va.get(lib), vb.get(lib))
+  aa, ab = offline["analyze"], production["analyze"]
+  _diff(out, ("analyze",), "analyze.fingerprint", aa.get("fingerprint"), ab.get("fingerprint"))
+  _diff(out, ("transform",), "analyze.definition", aa.get("definition"), ab.get("definition"))
+  xa, xb = aa.get("analyzers", {}), ab.get("analyzers", {})
+  for name in sorted(set(xa) | set(xb)):
+    stage = "analyze" if name in xa and name in xb else "transform"
+    if xa.get(name, {}).get("fingerprint") != xb.get(name, {}).get("fingerprint"):
+      out.append({"stage": stage, "field": f"analyze.analyzers.{name}",
+                  "offline": _analyzer_value(xa.get(name)),
+                  "production": _analyzer_value(xb.get(name))})
+  return sorted(out, key=lambda c: (STAGES.index(c["stage"]), c["field"]))
+
+
+def _same(a, b):
+  return (a["rows"] == b["rows"] and a["dropped"] == b["dropped"] and
+          all(a["digests"][s] == b["digests"][s] for s in DIGEST_STAGES))
+
+
+def plan_buckets(offline, production):
+  """(differing bucket ids, [offline entries of equal buckets]); a bucket listed on one side
+  only differs."""
+  a = {int(b["bucket"]): b for b in offline["log"]["buckets"]}
+  b = {int(x["bucket"]): x for x in production["log"]["buckets"]}
+  differing, equal = [], []
+  for bucket in sorted(set(a) | set(b)):
+    if bucket in a and bucket in b and _same(a[bucket], b[bucket]):
+      equal.append(a[bucket])
+    else:
+      differing.append(bucket)
+  return differing, equal
+
+
+def bucket_pattern(directory, bucket, num_buckets):
+  """The glob of bucket b's parts: bucket-BBBBB-of-NNNNN.parquet and ...-part-PPPPPP.parquet."""
+  return FileSystems.join(directory, "feature_log",
+                          f"bucket-{bucket:05d}-of-{num_buckets:05d}*.parquet")

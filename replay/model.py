@@ -1,0 +1,171 @@
+"""The replay report model: frozen dataclasses with to_dict(), the shape of report.json.
+
+Built from the diff's merged Partial (replay/compare.py) and what the run metadata says; the
+renderers (replay/render.py: text and HTML) and the nightly check read only its dict form,
+validated by manifests/report.schema.json.
+"""
+import dataclasses
+import math
+
+from replay import compare, drift
+from transforms.feature_log import STAGES
+
+__all__ = ["REPORT_FORMAT", "Side", "Records", "FeatureSummary", "Cause", "Buckets", "Report",
+           "build_report", "divergent_fraction"]
+
+REPORT_FORMAT = "skewtrace.report/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+  dir: str
+  runner: str
+  rows: int
+
+  def to_dict(self):
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+  offline: int
+  production: int
+  matched_keys: int
+  offline_only: int
+  production_only: int
+  dropped_both: int
+  identical: int
+  within_tolerance: int
+  divergent: int
+  duplicate_keys_offline: int
+  duplicate_keys_production: int
+
+  def to_dict(self):
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSummary:
+  kind: str
+  match: int
+  mismatch: int
+  within_tolerance: int
+  offline_only: int
+  production_only: int
+  mismatch_rate: float
+  max_abs_delta: float | None
+  mean_abs_delta: float | None
+
+  def to_dict(self):
+    return dataclasses.asdict(self)
+
+  @classmethod
+  def from_totals(cls, f):
+    total = (f["match"] + f["mismatch"] + f["within_tolerance"] + f["offline_only"] +
+             f["production_only"])
+    numeric = f["kind"] == "numeric"
+    return cls(kind=f["kind"], match=f["match"], mismatch=f["mismatch"],
+               within_tolerance=f["within_tolerance"], offline_only=f["offline_only"],
+               production_only=f["production_only"],
+               mismatch_rate=(f["mismatch"] + f["offline_only"] + f["production_only"]) /
+               max(1, total),
+               max_abs_delta=float(f["delta_max"]) if numeric else None,
+               mean_abs_delta=math.fsum(f["delta_sums"]) / f["delta_n"]
+               if numeric and f["delta_n"]
+               else (0.0 if numeric else None))
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+  stage: str
+  field: str
+  offline: object
+  production: object
+  records: int
+
+  def to_dict(self):
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Buckets:
+  total: int
+  compared: int
+  skipped_equal: int
+
+  def to_dict(self):
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  offline: Side
+  production: Side
+  tolerance: dict
+  max_divergent_fraction: float
+  records: Records
+  divergent_fraction: float
+  one_side_only: dict
+  first_divergent_stage: dict
+  stages: dict
+  features: dict          # name -> FeatureSummary
+  suspected_causes: tuple  # of Cause
+  drift: dict
+  buckets: Buckets
+  samples: dict
+  exit_code: int
+  format: str = REPORT_FORMAT
+
+  def to_dict(self):
+    return {
+        "format": self.format, "offline": self.offline.to_dict(),
+        "production": self.production.to_dict(), "tolerance": self.tolerance,
+        "max_divergent_fraction": self.max_divergent_fraction,
+        "records": self.records.to_dict(), "divergent_fraction": self.divergent_fraction,
+        "one_side_only": self.one_side_only,
+        "first_divergent_stage": self.first_divergent_stage, "stages": self.stages,
+        "features": {n: f.to_dict() for n, f in sorted(self.features.items())},
+        "suspected_causes": [c.to_dict() for c in self.suspected_causes],
+        "drift": self.drift, "buckets": self.buckets.to_dict(), "samples": self.samples,
+        "exit_code": self.exit_code}
+
+
+def divergent_fraction(records):
+  """(divergent + offline_only + production_only) / (matched_keys + offline_only +
+  production_only): a key kept on one side only is a divergence too (a record the other side
+  never served or never trained on)."""
+  r = records
+  return (r["divergent"] + r["offline_only"] + r["production_only"]) / \
+      max(1, r["matched_keys"] + r["offline_only"] + r["production_only"])
+
+
+def build_report(partial, offline, production, tolerance, max_divergent_fraction, causes,
+                 buckets_total):
+  """The Report of a merged Partial. offline / production: Side; tolerance: Tolerance;
+  causes: metadata.suspected_causes(...) (their record counts are filled in here)."""
+  rec = dict(partial.records, offline=offline.rows, production=production.rows)
+  fraction = divergent_fraction(rec)
+  firsts = {s: int(partial.first_stage.get(s, 0)) for s in STAGES}
+  names = sorted(set(partial.histograms["offline"]) | set(partial.histograms["production"]))
+  drifts = {}
+  for name in names:
+    entry = drift.compare(partial.histograms["offline"].get(name),
+                          partial.histograms["production"].get(name))
+    if entry is not None:
+      drifts[name] = entry
+  samples = {k: [e[2] for e in partial.samples[k]] for k in compare.SAMPLE_KINDS}
+  return Report(
+      offline=offline, production=production, tolerance=tolerance.to_dict(),
+      max_divergent_fraction=float(max_divergent_fraction),
+      records=Records(**{k: int(rec[k]) for k in ("offline", "production") + compare.COUNTERS}),
+      divergent_fraction=fraction,
+      one_side_only={s: dict(sorted(partial.one_side[s].items())) for s in compare.SIDES},
+      first_divergent_stage=firsts,
+      stages={s: {"match": int(partial.stages[s][0]), "mismatch": int(partial.stages[s][1])}
+              for s in STAGES},
+      features={n: FeatureSummary.from_totals(f) for n, f in partial.features.items()},
+      suspected_causes=tuple(Cause(records=firsts[c["stage"]], **c) for c in causes),
+      drift=drifts,
+      buckets=Buckets(total=buckets_total, compared=partial.buckets,
+                      skipped_equal=buckets_total - partial.buckets),
+      samples=samples, exit_code=int(fraction > max_divergent_fraction))
