@@ -4,9 +4,9 @@
 
 Builds the bench/ingest.py input (taxi sample repeated, unique trip_id key), ingests it and runs
 pipelines.features once (not timed): that feature log is the offline side. The production side
-is a copy in which a deterministic 1% of the records (XXH64(key) mod 100 == 0) carry a changed
-window-stage fingerprint and a changed transformed value, with the bucket digests recomputed --
-what a window fault leaves in a log. Then, each in its own process, one after the other,
+is a copy in which a deterministic 1% of the records (XXH64(key) mod 100 == 0) carry a moved
+window and a changed window-stage fingerprint, with the bucket digests recomputed
+(tests/logfaults.window_shift) -- what a window fault leaves in a log. Then, each in its own process, one after the other,
 whole-process wall time (imports included):
   (1) replay.diff, 1%-divergent production side, DirectRunner;
   (2) replay.diff, identical logs (every bucket skipped by its digests);
@@ -29,6 +29,8 @@ import psutil
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import ingest as ingest_bench  # noqa: E402
+sys.path.insert(0, ROOT)
+from tests import logfaults  # noqa: E402  (the same fault injection the tests use)
 
 PER_ELEMENT = r'''
 import glob, sys, apache_beam as beam
@@ -83,53 +85,6 @@ def timed(cmd):
   return elapsed, peak / 2**20
 
 
-def make_production(offline, production, fraction):
-  """A copy of `offline` with `fraction` of the kept records changed at the window stage."""
-  import numpy as np
-  import pyarrow as pa
-  import pyarrow.parquet as pq
-  from transforms import fingerprint
-  shutil.copytree(offline, production)
-  meta_path = os.path.join(production, "run_metadata.json")
-  with open(meta_path) as f:
-    meta = json.load(f)
-  modulus = np.uint64(round(1 / fraction))
-  changed = 0
-  for b in meta["log"]["buckets"]:
-    path = os.path.join(production, b["path"])
-    log = pq.read_table(path)
-    keys = pa.record_batch([log.column("key")], names=["k"])
-    hit = (fingerprint.fingerprint_batch(keys) % modulus == 0) & \
-        log.column("dropped_stage").is_null().to_numpy(zero_copy_only=False)
-    changed += int(hit.sum())
-
-    def bump(name, delta, log=log):
-      col = log.column(name).combine_chunks()
-      values = col.fill_null(0).to_numpy(zero_copy_only=False).copy()
-      with np.errstate(over="ignore"):
-        values[hit] = values[hit] + delta
-      return log.set_column(log.schema.get_field_index(name), name,
-                            pa.array(values, col.type, mask=col.is_null().to_numpy(
-                                zero_copy_only=False)))
-
-    for name in ("window_start", "window_end"):
-      log = bump(name, 1800)
-    log = bump("fp_window", np.uint64(1))
-    value = next(n for n in log.schema.names
-                 if n.startswith("value__") and pa.types.is_floating(log.schema.field(n).type))
-    log = bump(value, 0.5)
-    feature = value[len("value__"):]
-    log = bump("fp__" + feature, np.uint64(1))
-    log = bump("fp_transform", np.uint64(1))
-    pq.write_table(log, path)
-    for stage in ("window", "transform"):
-      col = log.column(f"fp_{stage}").drop_null().to_numpy()
-      b["digests"][stage] = fingerprint.digest_hex(fingerprint.combine_digest(col))
-  with open(meta_path, "w") as f:
-    json.dump(meta, f, indent=2, sort_keys=True)
-  return changed
-
-
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--rows", type=int, default=1_000_000)
@@ -145,7 +100,8 @@ def main():
     timed([py, "-m", "pipelines.features", "--input_dir", data, "--output_dir", offline,
            "--profile", os.path.join(ROOT, "profiles", "offline.yaml")])
     production, same = os.path.join(d, "production"), os.path.join(d, "same")
-    changed = make_production(offline, production, args.divergent)
+    changed = logfaults.edit_log(offline, production,
+                                 logfaults.window_shift(round(1 / args.divergent)))
     shutil.copytree(offline, same)
     diff = [py, "-m", "replay.diff", "--offline", offline]
     t1, m1 = timed(diff + ["--production", production, "--output_dir", os.path.join(d, "r1")])

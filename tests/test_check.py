@@ -1,0 +1,106 @@
+"""skewtrace check: three nights over logs made from the taxi sample (clean, a fault, clean),
+the history table, exit codes, reruns, and configuration errors."""
+import json
+import os
+import shutil
+import sqlite3
+
+import pytest
+
+from pipelines import common
+from replay import check
+from tests import logfaults
+
+NIGHTS = ["2026-11-30", "2026-12-01", "2026-12-02"]
+
+
+def _config(tmp_path, **thresholds):
+  th = {"divergent_fraction": 0.001, "stages": {"window": 0.0}}
+  th.update(thresholds)
+  path = tmp_path / "nightly.yaml"
+  path.write_text(json.dumps({  # JSON is YAML
+      "offline": str(tmp_path / "logs" / "offline" / "{date}"),
+      "production": str(tmp_path / "logs" / "production" / "{date}"),
+      "reports": str(tmp_path / "reports"), "history": str(tmp_path / "history.sqlite"),
+      "thresholds": th}))
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def nights(taxi_features, tmp_path_factory):
+  """Dated log partitions: night 2's production side has 1% of records' windows moved."""
+  root = tmp_path_factory.mktemp("nightly")
+  moved = 0
+  for i, night in enumerate(NIGHTS):
+    shutil.copytree(taxi_features["direct"], root / "logs" / "offline" / night)
+    prod = root / "logs" / "production" / night
+    if i == 1:
+      moved = logfaults.edit_log(taxi_features["direct"], str(prod), logfaults.window_shift(100))
+    else:
+      shutil.copytree(taxi_features["direct"], prod)
+  return root, moved
+
+
+def _history(root):
+  with sqlite3.connect(root / "history.sqlite") as db:
+    rows = db.execute("SELECT date, divergent, stage_window, exit_status, broken FROM nights "
+                      "ORDER BY date").fetchall()
+  return rows
+
+
+def test_three_nights_clean_fault_clean(nights, capsys):
+  root, moved = nights
+  assert moved > 0
+  config = _config(root)
+  codes = [check.run(["--config", config, "--date", night]) for night in NIGHTS]
+  assert codes == [0, 1, 0]
+  out = capsys.readouterr().out
+  assert "broken: divergent fraction" in out and "broken: stage window" in out
+  rows = _history(root)
+  assert [r[0] for r in rows] == NIGHTS
+  assert [(r[1], r[2], r[3]) for r in rows] == [(0, 0, 0), (moved, moved, 1), (0, 0, 0)]
+  assert any("stage window" in b for b in json.loads(rows[1][4]))
+  for night in NIGHTS:
+    assert os.path.exists(root / "reports" / night / "report.json")
+  html = (root / "reports" / NIGHTS[2] / "report.html").read_text()
+  for night in NIGHTS:  # the trend chart of the last night shows all three
+    assert night in html
+
+
+def test_rerunning_a_night_replaces_its_row(nights):
+  root, moved = nights
+  config = _config(root, divergent_fraction=1.0, stages={})
+  assert check.run(["--config", config, "--date", NIGHTS[1]]) == 0  # looser thresholds now
+  rows = _history(root)
+  assert len(rows) == len({r[0] for r in rows})
+  assert [r for r in rows if r[0] == NIGHTS[1]][0][3] == 0
+
+
+def test_a_missing_partition_is_an_error_naming_its_path(nights):
+  root, _ = nights
+  with pytest.raises(common.UsageError, match=r"no production partition at .*2026-12-03"):
+    check.run(["--config", _config(root), "--date", "2026-12-03"])
+
+
+@pytest.mark.parametrize("text,message", [
+    ("offline: a/{date}\n", "field 'production' is required"),
+    ("offline: a\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+     "{divergent_fraction: 0.1}\n", "template over the date"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: {}\n",
+     "divergent_fraction is required"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+     "{divergent_fraction: 2}\n", r"must be a number in \[0, 1\]"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+     "{divergent_fraction: 0.1, stages: {windw: 0}}\n", "unknown stage"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+     "{divergent_fraction: 0.1}\nextra: 1\n", "unknown field"),
+])
+def test_bad_config_is_a_usage_error(text, message):
+  with pytest.raises(common.UsageError, match=message):
+    check.load_config(text)
+
+
+def test_bad_date_is_a_usage_error(nights):
+  root, _ = nights
+  with pytest.raises(common.UsageError, match="YYYY-MM-DD"):
+    check.run(["--config", _config(root), "--date", "12/01/2026"])

@@ -1,0 +1,280 @@
+"""The fault catalogue: each fault injected into the production side of the taxi sample is
+attributed by replay.diff to the right first stage, with exact counts and the suspected cause.
+
+The offline side is the taxi sample with a `trip_id` key column (so a changed value does not
+change the key), ingested and run through pipelines.features once per module. Each fault's
+expected counts are computed here from the data itself, independently of the diff.
+"""
+import csv
+import glob
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests import logfaults
+from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
+from transforms import fingerprint
+
+TOTAL = 15002
+FLOAT_COLUMNS = ["fare", "trip_miles", "pickup_latitude", "pickup_longitude",
+                 "dropoff_latitude", "dropoff_longitude", "tips"]
+
+
+# --------------------------------------------------------------------------- helpers
+def _write_csv(path, edit=None):
+  """The taxi sample plus a trip_id column (its row number); `edit(i, row)` may change cells."""
+  with open(TAXI_CSV, newline="") as f:
+    rows = list(csv.reader(f))
+  header = rows[0] + ["trip_id"]
+  with open(path, "w", newline="") as f:
+    w = csv.writer(f, lineterminator="\n")
+    w.writerow(header)
+    for i, row in enumerate(rows[1:]):
+      row = dict(zip(header, row + [str(i)]))
+      if edit:
+        edit(i, row)
+      w.writerow([row[h] for h in header])
+  return str(path)
+
+
+def _profile(tmp, name, base="offline.yaml", **changes):
+  """A profile file: `base` with changes given as section__field=value."""
+  with open(os.path.join(ROOT, "profiles", base)) as f:
+    doc = yaml.safe_load(f)
+  for dotted, value in changes.items():
+    section, field = dotted.split("__")
+    doc[section][field] = value
+  path = os.path.join(str(tmp), name + ".yaml")
+  with open(path, "w") as f:
+    yaml.safe_dump(doc, f)
+  return path
+
+
+def _log(root):
+  return pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
+      os.path.join(root, "feature_log", "*.parquet")))]).sort_by("key")
+
+
+def _diff(offline, production, out, *flags):
+  from replay import diff
+  code = diff.run(["--offline", offline, "--production", production, "--output_dir", str(out)]
+                  + list(flags))
+  with open(os.path.join(str(out), "report.json")) as f:
+    return code, json.load(f)
+
+
+def _ingest_shards(root):
+  return pa.concat_tables([pq.read_table(p) for p in glob.glob(
+      os.path.join(root, "parquet", "*.parquet"))])
+
+
+def _stages_before(report, stage):
+  stages = ["raw", "parse", "window", "shard", "serialize", "analyze", "transform"]
+  return {s: report["first_divergent_stage"][s] for s in stages[:stages.index(stage)]}
+
+
+def _causes(report, stage):
+  return {c["field"] for c in report["suspected_causes"] if c["stage"] == stage}
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+  """Offline side: keyed taxi ingest and its features under the offline profile (tf.Example,
+  float32) and under a Parquet float64 profile (for the serialization faults)."""
+  d = tmp_path_factory.mktemp("faults")
+  csv_path = _write_csv(d / "taxi.csv")
+  data = ingest(d / "ingest", "--num_shards", "4", "--schema", TAXI_SCHEMA, "--key_columns",
+                "trip_id", inputs=csv_path)
+  p64 = _profile(d, "parquet64", serialization__format="parquet",
+                 serialization__float_dtype="float64")
+  return {"dir": d, "csv": csv_path, "ingest": data, "p64": p64,
+          "offline": features(data, d / "offline"),
+          "offline64": features(data, d / "offline64", profile=p64)}
+
+
+def _run(keyed, name, profile=None, data=None, *args):
+  d = keyed["dir"]
+  return features(data or keyed["ingest"], d / name, *args,
+                  profile=profile or os.path.join(ROOT, "profiles", "offline.yaml"))
+
+
+# --------------------------------------------------------------------------- the catalogue
+def test_01_window_offset_changed_is_attributed_to_window(keyed):
+  prod = _run(keyed, "p_window", _profile(keyed["dir"], "offset", windowing__offset_seconds=1800))
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_window")
+  assert code == 1
+  # Every window start moves by half an hour: every record parts at the window stage.
+  assert r["records"]["matched_keys"] == TOTAL
+  assert r["first_divergent_stage"]["window"] == TOTAL
+  assert r["records"]["divergent"] == TOTAL
+  assert "windowing.offset_seconds" in _causes(r, "window")
+
+
+def test_02_shorter_allowed_lateness_drops_late_records_on_one_side(keyed):
+  log = _log(keyed["offline"])
+  end = log.column("window_end").to_numpy()
+  watermark = log.column("event_time").to_numpy().max()
+  lateness = int(watermark - np.quantile(end, 0.2))
+  late = int(np.count_nonzero(end + lateness <= watermark))
+  assert 0 < late < TOTAL
+  prod = _run(keyed, "p_late", _profile(keyed["dir"], "late",
+                                        windowing__allowed_lateness_seconds=lateness))
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_late")
+  assert code == 1
+  assert r["records"]["offline_only"] == late
+  assert r["one_side_only"]["offline"] == {"window": late}
+  assert r["records"]["production_only"] == 0
+  assert r["records"]["matched_keys"] == TOTAL - late
+  # The kept records' windows and counts are unchanged (late windows go whole).
+  assert _stages_before(r, "analyze") == {s: 0 for s in ("raw", "parse", "window", "shard",
+                                                         "serialize")}
+  assert "windowing.allowed_lateness_seconds" in _causes(r, "window")
+
+
+def _shard_moved(keyed, seed, num_shards=4):
+  """Keys whose shard id differs between hash seed 0 and `seed` (per-record coding)."""
+  keys = _log(keyed["offline"]).column("key").to_pylist()
+  return sum(1 for k in keys
+             if fingerprint.fingerprint_record({"__key__": k}, seed=0) % 4 !=
+             fingerprint.fingerprint_record({"__key__": k}, seed=seed) % num_shards)
+
+
+def test_03_shard_hash_seed_changed_is_attributed_to_shard(keyed):
+  moved = _shard_moved(keyed, 7)
+  assert 0 < moved < TOTAL
+  prod = _run(keyed, "p_shard", _profile(keyed["dir"], "seed", sharding__hash_seed=7))
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_shard")
+  assert code == 1
+  assert r["first_divergent_stage"]["shard"] == moved
+  assert r["records"]["divergent"] == moved
+  assert r["records"]["identical"] == TOTAL - moved
+  assert "sharding.hash_seed" in _causes(r, "shard")
+
+
+def _float32_changed(keyed):
+  """Records with a float value that float32 cannot hold exactly."""
+  shards = _ingest_shards(keyed["ingest"])
+  changed = np.zeros(shards.num_rows, dtype=bool)
+  for name in FLOAT_COLUMNS:
+    v = shards.column(name).to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+      changed |= ~np.isnan(v) & (v.astype(np.float32).astype(np.float64) != v)
+  return shards.column("__key__").to_numpy(zero_copy_only=False), changed
+
+
+def test_04_float32_serialization_in_production_is_attributed_to_serialize(keyed):
+  _, changed = _float32_changed(keyed)
+  n = int(changed.sum())
+  assert 0 < n < TOTAL
+  prod = _run(keyed, "p_f32", _profile(keyed["dir"], "f32", base="offline.yaml",
+                                       serialization__format="parquet",
+                                       serialization__float_dtype="float32"))
+  code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_f32")
+  assert code == 1
+  assert r["first_divergent_stage"]["serialize"] == n
+  assert r["records"]["divergent"] == n
+  assert _stages_before(r, "serialize") == {s: 0 for s in ("raw", "parse", "window", "shard")}
+  assert "serialization.float_dtype" in _causes(r, "serialize")
+
+
+def test_05_numeric_column_parsed_as_string_is_attributed_to_parse(keyed):
+  d = keyed["dir"]
+  with open(TAXI_SCHEMA) as f:
+    text = f.read()
+  head, _, tail = text.partition('name: "trip_miles"')
+  tail = tail.replace("type: FLOAT", "type: BYTES", 1)
+  schema_path = d / "schema_miles_text.pbtxt"
+  schema_path.write_text(head + 'name: "trip_miles"' + tail)
+  data = ingest(d / "ingest_text", "--num_shards", "4", "--schema", str(schema_path),
+                "--key_columns", "trip_id", inputs=keyed["csv"])
+  miles = _ingest_shards(keyed["ingest"]).column("trip_miles")
+  n = len(miles) - miles.null_count
+  prod = _run(keyed, "p_parse", None, data)
+  code, r = _diff(keyed["offline"], prod, d / "d_parse")
+  assert code == 1
+  assert r["records"]["matched_keys"] == TOTAL
+  assert r["first_divergent_stage"]["raw"] == 0
+  assert r["first_divergent_stage"]["parse"] == n
+  assert any("trip_miles" in c for c in _causes(r, "parse"))
+
+
+def test_07_preprocessing_fn_bucket_count_changed_is_attributed_to_transform(keyed):
+  prod = _run(keyed, "p_buckets", None, None, "--transform_module", "tests.taxi_more_buckets")
+  off, pro = _log(keyed["offline"]), _log(prod)
+  moved = np.zeros(TOTAL, dtype=bool)
+  for name in [n for n in off.schema.names if n.endswith("_bucket") and n.startswith("value__")]:
+    moved |= off.column(name).to_numpy() != pro.column(name).to_numpy()
+  n = int(moved.sum())
+  assert 0 < n < TOTAL
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_buckets")
+  assert code == 1
+  assert r["first_divergent_stage"]["transform"] == n
+  assert r["records"]["divergent"] == n
+  assert r["first_divergent_stage"]["analyze"] == 0
+  assert _causes(r, "transform")
+
+
+def test_08_raw_values_changed_upstream_are_attributed_to_raw(keyed):
+  d = keyed["dir"]
+  changed = []
+
+  def edit(i, row):
+    if i % 50 == 0 and row["fare"]:
+      row["fare"] = f"{float(row['fare']) + 1:.2f}"
+      changed.append(i)
+
+  csv_path = _write_csv(d / "taxi_raw.csv", edit)
+  data = ingest(d / "ingest_raw", "--num_shards", "4", "--schema", TAXI_SCHEMA,
+                "--key_columns", "trip_id", inputs=csv_path)
+  prod = _run(keyed, "p_raw", None, data)
+  code, r = _diff(keyed["offline"], prod, d / "d_raw")
+  assert code == 1
+  assert r["records"]["matched_keys"] == TOTAL
+  assert r["first_divergent_stage"]["raw"] == len(changed) > 0
+  assert "input.content_digest" in _causes(r, "raw")
+
+
+def test_09_float_noise_within_tolerance_is_not_divergent(keyed):
+  prod = str(keyed["dir"] / "p_noise")
+  changed = logfaults.edit_log(keyed["offline"], prod, logfaults.float_noise(1e-7))
+  assert changed > 0
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_noise", "--rel_tol", "1e-6")
+  assert code == 0
+  assert r["records"]["within_tolerance"] == changed
+  assert r["records"]["divergent"] == 0
+  # The same noise with no tolerance: divergent, at the transform stage (analyzers equal).
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_noise0")
+  assert code == 1
+  assert r["first_divergent_stage"]["transform"] == changed == r["records"]["divergent"]
+
+
+def test_10_identical_runs_have_no_divergence(keyed):
+  prod = _run(keyed, "p_same")
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_same")
+  assert code == 0
+  assert r["records"]["identical"] == TOTAL
+  assert r["records"]["divergent"] == 0
+  assert r["buckets"]["compared"] == 0
+
+
+def test_11_two_faults_at_once_are_attributed_to_the_earlier_stage(keyed):
+  keys, f32 = _float32_changed(keyed)
+  moved_keys = {k for k in keys.tolist()
+                if fingerprint.fingerprint_record({"__key__": k}, seed=0) % 4 !=
+                fingerprint.fingerprint_record({"__key__": k}, seed=7) % 4}
+  moved = np.array([k in moved_keys for k in keys.tolist()])
+  prod = _run(keyed, "p_two", _profile(keyed["dir"], "two", sharding__hash_seed=7,
+                                       serialization__format="parquet",
+                                       serialization__float_dtype="float32"))
+  code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_two")
+  assert code == 1
+  assert r["first_divergent_stage"]["shard"] == int(moved.sum())
+  assert r["first_divergent_stage"]["serialize"] == int((~moved & f32).sum())
+  assert {"sharding.hash_seed"} <= _causes(r, "shard")
+  assert {"serialization.float_dtype"} <= _causes(r, "serialize")
