@@ -1,0 +1,176 @@
+"""Rerun: one raw CSV snapshot through ingest, features under two profiles, and the replay diff.
+
+The way to test whether a configuration change explains an observed skew: the same records,
+the same transform module, only the profile differs, so every divergence the diff reports is
+the profile's doing (and its suspected causes name the profile fields).
+
+DirectRunner:
+  python -m replay.rerun --input data/chicago_taxi/data.csv --transform_module transforms.taxi \
+      --profile_a profiles/offline.yaml --profile_b profiles/production.yaml --output_dir out/rerun \
+      [--schema data/chicago_taxi/schema.pbtxt] [--key_columns a,b] \
+      [--abs_tol X] [--rel_tol Y] [--tolerance feature=abs:rel ...] [--max_divergent_fraction F]
+Dataflow: add --runner DataflowRunner --project P --region R --temp_location gs://B/tmp
+  --setup_file ./setup.py (input and output on gs://); every Beam flag goes to all three jobs.
+
+Writes OUT/ingest (pipelines.ingest, once), OUT/a and OUT/b (pipelines.features under
+--profile_a and --profile_b; A is the diff's offline side, B its production side) and OUT/diff
+(replay.diff: report.json, report.html). Exit code: replay.diff's (0 no divergence over
+--max_divergent_fraction, 1 divergence), 2 usage or input error.
+"""
+import argparse
+import importlib
+
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import common, dataset, features, ingest
+from replay import diff
+from transforms import profile as profiles
+
+__all__ = ["RerunOptions", "run"]
+
+# The flags rerun takes from each job it runs (same names, same meaning; the jobs' option
+# classes define them, since a flag may be defined only once per process). The jobs' other
+# flags (--input_dir, --profile, --offline, --production, --formats, ...) rerun sets itself.
+INGEST_FLAGS = ("input", "schema", "key_columns", "num_shards", "max_rejected_fraction")
+FEATURES_FLAGS = ("transform_module", "log_buckets")
+DIFF_FLAGS = ("abs_tol", "rel_tol", "tolerance", "max_divergent_fraction", "samples")
+SUBDIRS = ("ingest", "a", "b", "diff")
+
+
+class RerunOptions(PipelineOptions):
+  """Flags of replay.rerun of its own; it also takes some of ingest's, features' and diff's."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    parser.add_argument("--profile_a", help="Run profile of side A (the diff's offline side).")
+    parser.add_argument("--profile_b", help="Run profile of side B (the diff's production side).")
+    # --output_dir and --overwrite: common.OutputOptions.
+
+
+_SOURCES = ((ingest.IngestOptions, INGEST_FLAGS), (features.FeaturesOptions, FEATURES_FLAGS),
+            (diff.DiffOptions, DIFF_FLAGS), (RerunOptions, ("profile_a", "profile_b")),
+            (common.OutputOptions, ("output_dir", "overwrite")))
+
+
+class _Only:
+  """An argparse parser stand-in that keeps only the named flags of an options class."""
+
+  def __init__(self, parser, names):
+    self._parser, self._names = parser, set(names)
+
+  def add_argument(self, *flags, **kwargs):
+    if flags[0][2:] in self._names:
+      self._parser.add_argument(*flags, **kwargs)
+
+
+def _own_parser(prog="python -m replay.rerun"):
+  parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0],
+                                   epilog=common.BEAM_FLAGS_NOTE, add_help=False,
+                                   allow_abbrev=False)
+  for cls, names in _SOURCES:
+    cls._add_argparse_args(_Only(parser, names))  # pylint: disable=protected-access
+  return parser
+
+
+def _split(argv):
+  """(rerun's own flags as {name: [values]}, the remaining (Beam) tokens, in order).
+
+  argv has already been parsed strictly, so every token is a known flag or its value.
+  """
+  takes_value = {a.option_strings[0][2:]: a.nargs != 0 for a in _own_parser()._actions}  # pylint: disable=protected-access
+  own, rest, i = {}, [], 0
+  while i < len(argv):
+    token = argv[i]
+    name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+    if name in takes_value:
+      if "=" in token:
+        value = token.split("=", 1)[1]
+      elif takes_value[name]:
+        i += 1
+        value = argv[i]
+      else:
+        value = None
+      own.setdefault(name, []).append(value)
+    else:
+      rest.append(token)
+    i += 1
+  return own, rest
+
+
+def _forwarded(own, names):
+  out = []
+  for name in names:
+    for value in own.get(name, ()):
+      out += [f"--{name}"] if value is None else [f"--{name}", value]
+  return out
+
+
+def _plan(argv):
+  argv = list(argv or [])
+  if "-h" in argv or "--help" in argv:
+    raise common.HelpRequested(_own_parser().format_help())
+  common.parse_options(argv, [cls for cls, _ in _SOURCES])  # unknown flags -> UsageError
+  own, beam_flags = _split(argv)
+  foreign = sorted({t[2:].split("=", 1)[0] for t in beam_flags if t.startswith("--")} &
+                   {n for cls, _ in _SOURCES[:3] for n in _flag_names(cls)})
+  if foreign:
+    raise common.UsageError(f"replay.rerun sets --{foreign[0]} itself; it takes: "
+                            + ", ".join(f"--{n}" for cls, names in _SOURCES for n in names))
+  for name in ("input", "profile_a", "profile_b", "output_dir"):
+    if name not in own:
+      raise common.UsageError(f"--{name} is required")
+  for name in ("profile_a", "profile_b"):
+    path = own[name][-1]
+    text, _ = dataset.read_text(path, f"--{name}")
+    try:
+      profiles.load_profile(text)
+    except profiles.ProfileError as e:
+      raise common.UsageError(f"--{name} {path}: {e}") from None
+  module = (own.get("transform_module") or ["transforms.taxi"])[-1]
+  try:
+    importlib.import_module(module)
+  except ImportError as e:
+    raise common.UsageError(f"--transform_module {module}: {e}") from None
+  out = own["output_dir"][-1]
+  overwrite = "overwrite" in own
+  entries = [e for e in dataset.top_entries(out) if not e.startswith(".tmp-")]
+  if entries and not overwrite:
+    raise common.UsageError(f"{out} is not empty ({', '.join(entries[:5])}); pass --overwrite "
+                            "to replace it")
+  dirs = {d: FileSystems.join(out, d) for d in SUBDIRS}
+  tail = (["--overwrite"] if overwrite else []) + beam_flags
+  return dirs, {
+      "ingest": ["--output_dir", dirs["ingest"]] + _forwarded(own, INGEST_FLAGS) + tail,
+      "a": ["--input_dir", dirs["ingest"], "--output_dir", dirs["a"],
+            "--profile", own["profile_a"][-1]] + _forwarded(own, FEATURES_FLAGS) + tail,
+      "b": ["--input_dir", dirs["ingest"], "--output_dir", dirs["b"],
+            "--profile", own["profile_b"][-1]] + _forwarded(own, FEATURES_FLAGS) + tail,
+      "diff": ["--offline", dirs["a"], "--production", dirs["b"], "--output_dir", dirs["diff"]]
+              + _forwarded(own, DIFF_FLAGS) + tail,
+  }
+
+
+def _flag_names(cls):
+  parser = argparse.ArgumentParser(add_help=False)
+  cls._add_argparse_args(parser)  # pylint: disable=protected-access
+  return [a.option_strings[0][2:] for a in parser._actions]  # pylint: disable=protected-access
+
+
+def run(argv=None, save_main_session=True):
+  """Runs ingest, features twice and the diff; returns the diff's exit code (0 / 1).
+
+  Raises UsageError for bad flags or input, before any job runs when the flags are at fault.
+  """
+  dirs, argvs = _plan(argv)
+  print(f"== ingest -> {dirs['ingest']}")
+  ingest.run(argvs["ingest"], save_main_session)
+  for side in ("a", "b"):
+    print(f"== features, profile {side.upper()} -> {dirs[side]}")
+    features.run(argvs[side], save_main_session)
+  print(f"== diff A (offline) vs B (production) -> {dirs['diff']}")
+  return diff.run(argvs["diff"], save_main_session)
+
+
+if __name__ == "__main__":
+  common.main_wrapper(run)
