@@ -25,6 +25,7 @@ from pipelines import common, dataset
 from transforms import csv_records, schema
 from transforms.infer_types import InferTypes
 from transforms.key_rows import KeyRows
+from transforms.progress import Progress
 from transforms.read_csv import READ, REJECTED, ReadCsv
 from transforms.type_rows import TypeRows
 from transforms.write_rejected import WriteRejected
@@ -76,6 +77,7 @@ class Ingest(beam.PTransform):
       columns = plan["columns"]
     typed = raw.rows | "TypeRows" >> TypeRows(columns, plan["paths"], plan["key_columns"])
     infos = (typed.rows
+             | "ProgressParse" >> Progress("ingest", "parse")
              | "KeyRows" >> KeyRows(plan["key_columns"], plan["num_shards"])
              | "WriteShards" >> WriteShards(plan["temp_dir"], plan["num_shards"], columns,
                                             plan["formats"], plan["compression"],
