@@ -210,11 +210,14 @@ def _histogram(name, drift):
   bins = list(hist.get("bins", []))
   if len(bins) == len(a) + 1:     # numeric: edges -> "[lo, hi)"
     labels = [f"[{_num(lo)}, {_num(hi)})" for lo, hi in zip(bins, bins[1:])]
+    ticks = [f"{lo:.4g}" if isinstance(lo, float) else str(lo) for lo in bins[:-1]]
   else:                           # categorical: one label per bin
     labels = [_value(x) for x in bins] + [""] * (len(a) - len(bins))
+    ticks = labels[:]
   for special, label in SPECIAL_BINS:  # numeric NaN / inf counts: bins of their own
     if len(hist.get(special) or ()) == 2:
-      labels, a, b = labels + [label], a + [hist[special][0]], b + [hist[special][1]]
+      labels, ticks = labels + [label], ticks + [label]
+      a, b = a + [hist[special][0]], b + [hist[special][1]]
   n = min(len(a), len(b), len(labels))
   ta, tb = (sum(a) or 1), (sum(b) or 1)
   idx = list(range(n))
@@ -239,9 +242,14 @@ def _histogram(name, drift):
                  f"y=\"{top + plot_h - h:.1f}\" width=\"{bar:.1f}\" height=\"{h:.1f}\"/>")
     svg.append("</g>")
   label_every = max(1, math.ceil(len(idx) / 6))
-  for j in range(0, len(idx), label_every):
-    svg.append(_text(left + j * step + step * 0.5, height - 6, _short(labels[idx[j]], 14),
-                     "middle"))
+  for j in range(0, len(idx), label_every):  # axis ticks; the first and last kept inside
+    x, anchor = left + j * step + step * 0.5, "middle"
+    if j == 0:
+      x, anchor = left, "start"
+    elif j == len(idx) - 1:
+      x, anchor = width - left, "end"
+    svg.append(_text(x, height - 6, _short(ticks[idx[j]], 12), anchor))
+  svg.append(_text(width - left, 12, f"peak {_pct(top_share)}", "end"))
   svg.append("</svg>")
   if n > MAX_BINS:
     svg.append(f"<div class=\"note\">{MAX_BINS} largest of {n} bins</div>")
@@ -271,9 +279,11 @@ def _trend_chart(trend, report):
     svg.append(f"<circle class=\"night\" cx=\"{px:.1f}\" cy=\"{py:.1f}\" r=\"3.5\" "
                f"fill=\"{STATUS_COLORS.get(status, '#000')}\"><title>{_e(t.get('date'))}: "
                f"{_e(_frac(t.get('divergent_fraction')))}, exit {_e(status)}</title></circle>")
-  every = max(1, math.ceil(len(nights) / 5))
-  for i in sorted(set(range(0, len(nights), every)) | {len(nights) - 1}):
-    svg.append(_text(points[i][0], height - 8, nights[i].get("date", ""), "middle"))
+  every, last = max(1, math.ceil(len(nights) / 5)), len(nights) - 1
+  for i in [i for i in range(0, last, every) if last - i >= every] + [last]:
+    svg.append(_text(points[i][0], height - 8, nights[i].get("date", ""),
+                     "end" if i == last and i else "middle"))
+  svg.append(_text(width - 15, y(threshold) - 4, f"max {_frac(threshold)}", "end"))
   svg.append("</svg>\n")
   return "".join(svg)
 

@@ -239,3 +239,36 @@ def test_long_cause_values_are_shortened():
   assert len(cause) < 200 and "…" in cause
   page = render.render_html(report)
   assert "[0, 1, 2, 3" in page and ", 499]" not in page
+
+
+def test_page_tags_are_balanced():
+  from html.parser import HTMLParser
+  void = {"meta", "rect", "line", "polyline", "circle", "br"}
+
+  class Balance(HTMLParser):
+    def __init__(self):
+      super().__init__()
+      self.stack, self.errors = [], []
+
+    def handle_starttag(self, tag, attrs):
+      if tag not in void:
+        self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+      pass
+
+    def handle_endtag(self, tag):
+      if tag in void:
+        return
+      if not self.stack or self.stack.pop() != tag:
+        self.errors.append(tag)
+
+  report = build_report(n_features=7, divergent_by_stage={"window": 30, "analyze": 3})
+  report["one_side_only"]["offline"] = {"window": 2}
+  report["samples"]["offline_only"] = [{"key": "k9", "reason": "window"}]
+  report["samples"]["duplicate_keys"] = [{"side": "production", "key": "k7"}]
+  checker = Balance()
+  checker.feed(render.render_html(report, trend=[
+      {"date": "2025-01-0%d" % d, "divergent_fraction": 0.001 * d, "exit_status": 0}
+      for d in range(1, 4)]))
+  assert checker.errors == [] and checker.stack == []
