@@ -17,7 +17,7 @@ STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform"
 RECORD_FIELDS = ("offline", "production", "matched_keys", "offline_only", "production_only",
                  "dropped_both", "identical", "within_tolerance", "divergent",
                  "duplicate_keys_offline", "duplicate_keys_production")
-TOP_FEATURES = 10          # text summary
+TOP_FEATURES, TOP_CAUSES = 10, 12  # text summary
 HISTOGRAM_FEATURES = 6     # HTML: histograms of this many most divergent features
 MAX_BINS = 40              # HTML: bins drawn per histogram (largest kept, in bin order)
 TREND_NIGHTS = 30
@@ -33,10 +33,7 @@ def verdict(report):
   divergent = int(records.get("divergent", 0) or 0)
   fraction = float(report.get("divergent_fraction", 0.0) or 0.0)
   threshold = float(report.get("max_divergent_fraction", 0.0) or 0.0)
-  code = report.get("exit_code")
-  if code is None:
-    code = 1 if fraction > threshold else 0
-  if code:
+  if report.get("exit_code", int(fraction > threshold)):
     return "divergent", (f"DIVERGENCE: {divergent} divergent records, fraction "
                          f"{_frac(fraction)} > threshold {_frac(threshold)} (exit 1)")
   if divergent:
@@ -77,11 +74,13 @@ def render_text(report):
     out.append("features: no mismatches")
   causes = report.get("suspected_causes", [])
   out.append("suspected causes:" if causes else "suspected causes: none")
-  for c in causes:
+  for c in causes[:TOP_CAUSES]:
     a, b = (_plain(_short(_value(c.get(s)), CAUSE_VALUE_CHARS[0]))
             for s in ("offline", "production"))
     out.append(f"  {c.get('stage', '?'):<10} {_plain(c.get('field', '?'))}: {a} -> {b} "
                f"({c.get('records', 0)} records)")
+  if len(causes) > TOP_CAUSES:
+    out.append(f"  ... {len(causes) - TOP_CAUSES} more in the report")
   buckets = report.get("buckets")
   if buckets:
     out.append(f"buckets: {buckets.get('total', 0)} total, {buckets.get('compared', 0)} "
@@ -94,6 +93,7 @@ def render_html(report, trend=None):
   status, sentence = verdict(report)
   records = report.get("records", {})
   off, prod = report.get("offline", {}), report.get("production", {})
+  stages = report.get("stages", {})
   parts = [
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<title>skewtrace replay report</title>\n<style>", _CSS, "</style>\n</head>\n<body>\n",
@@ -105,9 +105,13 @@ def render_html(report, trend=None):
       "<h2>Records</h2>\n",
       _table(["count", "records"], [[f.replace("_", " "), records.get(f, 0)]
                                     for f in RECORD_FIELDS], "records"),
-      f"<p>divergent fraction {_e(_frac(report.get('divergent_fraction', 0.0)))}, threshold "
-      f"{_e(_frac(report.get('max_divergent_fraction', 0.0)))}</p>\n",
+      _table(["one side only", "reason", "records"],
+             [[side, r, n] for side, reasons in sorted(report.get("one_side_only", {}).items())
+              for r, n in sorted(reasons.items())], "one-side-only"),
       "<h2>Divergence by first stage</h2>\n", _stage_chart(report),
+      _table(["stage", "match", "mismatch", "first divergent stage of"],
+             [[s, stages.get(s, {}).get("match", 0), stages.get(s, {}).get("mismatch", 0),
+               report.get("first_divergent_stage", {}).get(s, 0)] for s in STAGES], "stages"),
       "<h2>Suspected causes</h2>\n", _causes(report),
       "<h2>Per-feature mismatch rate</h2>\n", _feature_chart(report),
       "<h2>Offline vs production distributions</h2>\n", _histograms(report),
@@ -127,12 +131,13 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .verdict{font-weight:bold;padding:.6em;border-radius:4px}
-.verdict.clean{background:#e3f4e6;color:#1d5e2c}.verdict.within_threshold{background:#fdf3d9;color:#7a5a00}
+.verdict.clean{background:#e3f4e6;color:#1d5e2c}
+.verdict.within_threshold{background:#fdf3d9;color:#7a5a00}
 .verdict.divergent{background:#f8dedb;color:#8c1f14}
 svg text{font-size:11px;fill:#333}svg .axis{stroke:#999;stroke-width:1}
 .off{fill:#3b6fb6}.prod{fill:#e08a2c}.bar{fill:#c0392b}.rate{fill:#3b6fb6}
 .hist{display:inline-block;margin:0 1em 1em 0;vertical-align:top}
-.note{color:#666;font-size:.9em}code{font-size:.95em}
+.note{color:#666;font-size:.9em}
 """
 
 
@@ -191,7 +196,8 @@ def _histograms(report):
   features = report.get("features", {})
   chosen = sorted((n for n in drift if drift[n].get("histogram")),
                   key=lambda n: (-_float(features.get(n, {}).get("mismatch_rate")),
-                                 -_drift_score(drift[n]), n))[:HISTOGRAM_FEATURES]
+                                 -_float(drift[n].get("linf", drift[n].get("jensen_shannon"))),
+                                 n))[:HISTOGRAM_FEATURES]
   if not chosen:
     return "<p class=\"note\">no feature histograms in the report</p>\n"
   charts = [_histogram(name, drift[name]) for name in chosen]
@@ -243,11 +249,8 @@ def _histogram(name, drift):
     svg.append("</g>")
   label_every = max(1, math.ceil(len(idx) / 6))
   for j in range(0, len(idx), label_every):  # axis ticks; the first and last kept inside
-    x, anchor = left + j * step + step * 0.5, "middle"
-    if j == 0:
-      x, anchor = left, "start"
-    elif j == len(idx) - 1:
-      x, anchor = width - left, "end"
+    x, anchor = ((left, "start") if j == 0 else (width - left, "end") if j == len(idx) - 1
+                 else (left + j * step + step * 0.5, "middle"))
     svg.append(_text(x, height - 6, _short(ticks[idx[j]], 12), anchor))
   svg.append(_text(width - left, 12, f"peak {_pct(top_share)}", "end"))
   svg.append("</svg>")
@@ -302,26 +305,24 @@ def _causes(report):
 
 def _samples(report):
   samples = report.get("samples", {})
+  kinds = [("Divergent records", "divergent", ["key", "first stage",
+                                               "features (offline → production)"],
+            lambda x: [x.get("key"), x.get("first_divergent_stage"), "; ".join(
+                f"{f}: {_value(a)} → {_value(b)}"
+                for f, (a, b, *_) in sorted((f, list(v) + [None, None])
+                                            for f, v in x.get("features", {}).items()))]),
+           ("Offline only", "offline_only", ["key", "reason"],
+            lambda x: [x.get("key"), x.get("reason")]),
+           ("Production only", "production_only", ["key", "reason"],
+            lambda x: [x.get("key"), x.get("reason")]),
+           ("Duplicate keys", "duplicate_keys", ["side", "key"],
+            lambda x: [x.get("side"), x.get("key")])]
   out = []
-  divergent = samples.get("divergent", [])
-  out.append(f"<h3>Divergent records ({len(divergent)})</h3>\n")
-  out.append(_table(["key", "first stage", "features (offline → production)"],
-                    [[s.get("key"), s.get("first_divergent_stage"), "; ".join(
-                        f"{f}: {_value(v[0] if v else None)} → "
-                        f"{_value(v[1] if len(v) > 1 else None)}"
-                        for f, v in sorted(s.get("features", {}).items()))]
-                     for s in divergent], "samples-divergent") if divergent else
-               "<p class=\"note\">none</p>\n")
-  for side in ("offline_only", "production_only"):
-    rows = samples.get(side, [])
-    out.append(f"<h3>{side.replace('_', ' ').capitalize()} ({len(rows)})</h3>\n")
-    out.append(_table(["key", "reason"], [[s.get("key"), s.get("reason")] for s in rows],
-                      "samples-" + side) if rows else "<p class=\"note\">none</p>\n")
-  dups = samples.get("duplicate_keys", [])
-  if dups:
-    out.append(f"<h3>Duplicate keys ({len(dups)})</h3>\n")
-    out.append(_table(["side", "key"], [[s.get("side"), s.get("key")] for s in dups],
-                      "samples-duplicates"))
+  for title, kind, header, row in kinds:
+    rows = samples.get(kind, [])
+    out.append(f"<h3>{title} ({len(rows)})</h3>\n")
+    out.append(_table(header, [row(x) for x in rows], "samples-" + kind.replace("_", "-"))
+               if rows else "<p class=\"note\">none</p>\n")
   return "".join(out)
 
 
@@ -346,10 +347,6 @@ def _ranked_features(report):
   """(name, stats) by mismatch rate, highest first; ties by name."""
   return sorted(report.get("features", {}).items(),
                 key=lambda kv: (-_float(kv[1].get("mismatch_rate")), kv[0]))
-
-
-def _drift_score(d):
-  return _float(d.get("linf", d.get("jensen_shannon")))
 
 
 def _table(header, rows, cls=""):
@@ -402,11 +399,7 @@ def _float(v):
 
 
 def _num(v):
-  if v is None:
-    return "–"
-  if isinstance(v, float):
-    return f"{v:.6g}"
-  return str(v)
+  return "–" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 def _frac(v):

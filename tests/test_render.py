@@ -272,3 +272,14 @@ def test_page_tags_are_balanced():
       {"date": "2025-01-0%d" % d, "divergent_fraction": 0.001 * d, "exit_status": 0}
       for d in range(1, 4)]))
   assert checker.errors == [] and checker.stack == []
+
+
+def test_text_summary_caps_the_suspected_causes():
+  report = build_report(divergent_by_stage={"window": 20})
+  cause = report["suspected_causes"][0]
+  report["suspected_causes"] = [dict(cause, field=f"f{i:02d}") for i in range(20)]
+  lines = render.render_text(report).splitlines()
+  shown = [ln for ln in lines if ln.startswith("  window     f")]
+  assert [ln.split()[1] for ln in shown] == [f"f{i:02d}:" for i in range(render.TOP_CAUSES)]
+  assert f"  ... {20 - render.TOP_CAUSES} more in the report" in lines
+  assert render.render_html(report).count("<td>f1") == 10  # the page lists all of them
