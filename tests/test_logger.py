@@ -1,0 +1,304 @@
+"""replay.logger: the taxi sample logged in production equals the offline feature log, drops carry
+their reasons, sampling keeps ShardRecords' keys, PII never in clear, crashes, threads."""
+import csv
+import dataclasses
+import glob
+import json
+import os
+import re
+import shutil
+import threading
+import time
+
+import jsonschema
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import common
+from tests.conftest import ROOT, TAXI_CSV
+from transforms import feature_log, fingerprint, profile as profiles, schema, window_records
+
+AGG = "area_trips_in_window"
+_FP_COLUMNS = [f"fp_{s}" for s in ("raw", "parse", "window", "shard", "serialize", "transform")]
+
+
+def _read_log(root):
+  return pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
+      os.path.join(root, "feature_log", "*.parquet")))])
+
+
+def _meta(root):
+  with open(os.path.join(root, "run_metadata.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+def _logger(offline, log_dir, **options):
+  from replay.logger import ProductionLogger
+  return ProductionLogger.from_features_dir(offline, str(log_dir), **options)
+
+
+@pytest.fixture(scope="module")
+def offline(taxi_features):
+  return taxi_features["direct"]
+
+
+@pytest.fixture(scope="module")
+def taxi(offline):
+  """(records as a CSV reader gives them, their windowed counts as an online store holds them:
+  computed over the whole sample with transforms.window_records, as the offline job does)."""
+  meta = _meta(offline)
+  columns = [(c["name"], c["type"]) for c in meta["schema"]["columns"]]
+  names = [n for n, _ in columns]
+  text = pacsv.read_csv(TAXI_CSV, convert_options=pacsv.ConvertOptions(
+      column_types={n: pa.binary() for n in names}, null_values=[""], strings_can_be_null=True,
+      quoted_strings_can_be_null=True))
+  typed = pa.table([schema.type_column(text.column(n).combine_chunks(), t)[0]
+                    for n, t in columns], names=names).combine_chunks().to_batches()[0]
+  prof = profiles.parse_profile(meta["profile"])
+  kept, dropped = window_records.assign_windows(typed, "trip_start_timestamp", prof, None)
+  assert dropped.num_rows == 0 and kept.num_rows == typed.num_rows  # order kept
+  counts = window_records.window_counts(kept, "pickup_community_area", prof)
+  store = window_records.join_counts(kept, "pickup_community_area", AGG, counts)
+  with open(TAXI_CSV, newline="", encoding="utf-8") as f:
+    records = list(csv.DictReader(f))
+  return records, [{AGG: n} for n in store.column(AGG).to_pylist()]
+
+
+@pytest.fixture(scope="module")
+def production(offline, taxi, tmp_path_factory):
+  records, aggs = taxi
+  log_dir = str(tmp_path_factory.mktemp("production_log"))
+  started = time.monotonic()
+  with _logger(offline, log_dir, batch_size=4096) as logger:
+    for record, agg in zip(records, aggs):
+      logger.log(record, agg)
+  seconds = time.monotonic() - started
+  print(f"logger: {len(records)} taxi records in {seconds:.1f} s "
+        f"({len(records) / seconds:.0f} records/s)")
+  return log_dir
+
+
+def test_taxi_sample_logs_exactly_as_offline(offline, production):
+  off, prod = _read_log(offline), _read_log(production)
+  first = sorted(glob.glob(os.path.join(offline, "feature_log", "*.parquet")))[0]
+  assert prod.schema == pq.read_schema(first)  # same columns, order and Arrow types
+  assert prod.num_rows == off.num_rows == 15002
+  assert prod.column("dropped_stage").null_count == prod.num_rows
+  by_key = {r["key"]: r for r in prod.to_pylist()}
+  assert len(by_key) == prod.num_rows
+  features = [c[len("fp__"):] for c in off.schema.names if c.startswith("fp__")]
+  assert len(features) == 18
+  for row in off.to_pylist():
+    got = by_key[row["key"]]
+    for c in _FP_COLUMNS + ["event_time", "window_start", "window_end", "shard_id"]:
+      assert got[c] == row[c], (row["key"], c)
+    for f in features:
+      assert got[f"fp__{f}"] == row[f"fp__{f}"], (row["key"], f)
+      assert got[f"value__{f}"] == row[f"value__{f}"], (row["key"], f)
+  names = [os.path.basename(p) for p in glob.glob(os.path.join(production, "feature_log", "*"))]
+  assert names and all(re.fullmatch(r"bucket-\d{5}-of-00016-part-\d{6}\.parquet", n)
+                       for n in names)
+
+
+def test_run_metadata_matches_offline_digests(offline, production):
+  off, prod = _meta(offline), _meta(production)
+  assert prod["runner"] == "ProductionLogger"
+  for field in ("format", "profile", "schema", "stages", "analyze", "transform_module"):
+    assert prod[field] == off[field], field
+  assert prod["input"]["content_digest"] == off["input"]["content_digest"]
+  assert prod["input"]["key_columns"] == off["input"]["key_columns"] == []
+  assert prod["log"]["rows"] == off["log"]["rows"]
+  want = {b["bucket"]: b["digests"] for b in off["log"]["buckets"]}
+  got = {b["bucket"]: b["digests"] for b in prod["log"]["buckets"]}
+  assert got == want
+  for b in prod["log"]["buckets"]:  # each bucket's digests are those of its parts' rows
+    rows = pa.concat_tables([pq.read_table(os.path.join(production, p)) for p in b["parts"]])
+    assert rows.num_rows == b["rows"]
+    assert fingerprint.digest_hex(fingerprint.combine_digest(
+        rows.column("fp_window").to_numpy())) == b["digests"]["window"]
+  with open(os.path.join(ROOT, "manifests", "run_metadata.schema.json"), encoding="utf-8") as f:
+    validator = jsonschema.Draft202012Validator(json.load(f))
+  errors = [e for e in validator.iter_errors(prod)
+            if not (list(e.path)[-1:] == ["path"] and e.validator == "pattern")]
+  assert not errors, [e.message for e in errors]
+
+
+def _small(taxi, n, start=0):
+  records, aggs = taxi
+  return [dict(r) for r in records[start:start + n]], aggs[start:start + n]
+
+
+def test_parse_failure_and_late_records_are_logged_as_dropped_with_reasons(offline, taxi,
+                                                                             tmp_path):
+  prof = dataclasses.replace(profiles.parse_profile(_meta(offline)["profile"]),
+                             allowed_lateness=0)
+  records, aggs = _small(taxi, 4)
+  records[0]["fare"] = "twelve"
+  records[1]["trip_start_timestamp"] = ""
+  watermark = int(records[3]["trip_start_timestamp"]) + 7200
+  records[2]["trip_start_timestamp"] = str(watermark)  # on time: its window ends after
+  with _logger(offline, tmp_path, profile=prof) as logger:
+    logger.log_batch(records, aggs, watermark=watermark)
+  rows = {r["fp_raw"]: r for r in _read_log(str(tmp_path)).to_pylist()}
+  assert len(rows) == 4
+  names = [c["name"] for c in _meta(offline)["schema"]["columns"]]
+  raw = [fingerprint.fingerprint_record({n: r[n] or None for n in names}) for r in records]
+  bad, untimed, kept, late = (rows[fp] for fp in raw)
+  assert (bad["dropped_stage"], bad["drop_reason"]) == ("parse",
+                                                        "column 'fare': 'twelve' is not FLOAT")
+  assert bad["fp_parse"] is None and bad["fp_window"] is None and bad["fp_transform"] is None
+  assert (untimed["dropped_stage"], untimed["drop_reason"]) == ("window", "missing event time")
+  assert (late["dropped_stage"], late["drop_reason"]) == (
+      "window", "late: window end + allowed lateness <= watermark")
+  for row in (untimed, late):
+    assert row["fp_parse"] is not None and row["fp_window"] is None and row["shard_id"] is None
+  assert kept["dropped_stage"] is None and kept["fp_transform"] is not None
+  meta = _meta(str(tmp_path))
+  assert sum(b["dropped"] for b in meta["log"]["buckets"]) == 3
+  assert sum(int(b["digests"]["parse"].split(":")[0]) for b in meta["log"]["buckets"]) == 3
+
+
+def test_sampling_keeps_the_keys_shard_records_keeps(offline, taxi, tmp_path):
+  import apache_beam as beam
+  from apache_beam.testing.util import assert_that, equal_to
+  from transforms.key_rows import KEY
+  from transforms.shard_records import ShardRecords
+  prof = dataclasses.replace(profiles.parse_profile(_meta(offline)["profile"]),
+                             sampling_fraction=0.25, sampling_seed=7)
+  records, aggs = taxi
+  with _logger(offline, tmp_path, profile=prof, batch_size=4096) as logger:
+    logger.log_batch(records, aggs)
+  stats = dict(logger.stats)
+  got = _read_log(str(tmp_path)).column("key").to_pylist()
+  keys = _read_log(offline).column("key")
+  assert 0.2 * len(keys) < len(got) < 0.3 * len(keys)
+  assert stats["sampled_out"] == len(keys) - len(got)
+  with beam.Pipeline() as p:
+    kept = (p | beam.Create([pa.record_batch([keys.combine_chunks()], names=[KEY])])
+            | ShardRecords(prof) | beam.FlatMap(lambda b: b.column(KEY).to_pylist()))
+    assert_that(kept, equal_to(got))
+
+
+def test_pii_columns_are_never_written_in_clear(offline, taxi, tmp_path, monkeypatch):
+  from replay.logger import pii_hash
+  secret = "s3cret-hmac-key-for-the-test"
+  monkeypatch.setenv("SKEWTRACE_TEST_PII_KEY", secret)
+  records, aggs = _small(taxi, 300)
+  with _logger(offline, tmp_path / "clear", compression="none") as logger:
+    logger.log_batch(records, aggs)
+  with _logger(offline, tmp_path / "pii", compression="none", pii_columns=["key", "company_id"],
+               pii_key_env="SKEWTRACE_TEST_PII_KEY") as logger:
+    logger.log_batch(records, aggs)
+  clear = {r["fp_parse"]: r for r in _read_log(str(tmp_path / "clear")).to_pylist()}
+  hashed = _read_log(str(tmp_path / "pii"))
+  assert hashed.schema.field("value__company_id").type == pa.string()
+  written = b"".join(open(p, "rb").read() for p in glob.glob(str(tmp_path / "pii" / "**" / "*"),
+                                                               recursive=True)
+                     if os.path.isfile(p))
+  assert secret.encode() not in written
+  for row in hashed.to_pylist():
+    plain = clear[row["fp_parse"]]
+    assert plain["key"].encode() not in written
+    assert row["key"] == pii_hash(plain["key"], secret.encode())
+    assert row["value__company_id"] == pii_hash(plain["value__company_id"], secret.encode())
+    assert row["fp__company_id"] == plain["fp__company_id"]  # fingerprints still compare
+    assert row["value__fare_z"] == plain["value__fare_z"]
+  assert _meta(str(tmp_path / "pii"))["pii"] == {"columns": ["company_id", "key"],
+                                                 "hash": "hmac-sha256"}
+
+
+def test_missing_hmac_key_is_a_clear_error(offline, tmp_path, monkeypatch):
+  monkeypatch.delenv("SKEWTRACE_TEST_PII_KEY", raising=False)
+  with pytest.raises(common.UsageError, match="SKEWTRACE_TEST_PII_KEY.*not set"):
+    _logger(offline, tmp_path, pii_columns=["key"], pii_key_env="SKEWTRACE_TEST_PII_KEY")
+  assert not os.path.exists(tmp_path / "run_metadata.json")
+
+
+def _consistent(log_dir):
+  """Rows on disk == rows in run_metadata.json, bucket by bucket, digests included."""
+  meta = _meta(log_dir)
+  total = 0
+  for b in meta["log"]["buckets"]:
+    files = sorted(glob.glob(os.path.join(
+        log_dir, f"feature_log/bucket-{b['bucket']:05d}-of-00016*.parquet")))
+    assert [os.path.relpath(f, log_dir) for f in files] == sorted(b["parts"])
+    rows = pa.concat_tables([pq.read_table(f) for f in files])
+    assert rows.num_rows == b["rows"]
+    for s in ("raw", "parse", "transform"):
+      assert fingerprint.digest_hex(fingerprint.combine_digest(
+          rows.column(f"fp_{s}").drop_null().to_numpy())) == b["digests"][s]
+    total += rows.num_rows
+  assert total == meta["log"]["rows"]
+  return meta
+
+
+def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
+  records, aggs = _small(taxi, 300)
+  log_dir = str(tmp_path)
+  logger = _logger(offline, log_dir, batch_size=100)
+  logger.log_batch(records[:250], aggs[:250])
+  del logger  # abandoned without close: the open batch (50 records) is lost
+  assert _consistent(log_dir)["log"]["rows"] == 200
+  # A crash between a part's rename and the metadata: the part is not listed.
+  part = sorted(glob.glob(os.path.join(log_dir, "feature_log", "*.parquet")))[0]
+  orphan = re.sub(r"part-\d{6}", "part-000099", part)
+  shutil.copy(part, orphan)
+  shutil.copy(part, part.replace(".parquet", ".parquet.tmp"))
+  with _logger(offline, log_dir, batch_size=100) as logger:  # resumes the log
+    logger.log_batch(records[250:], aggs[250:])
+  assert not os.path.exists(orphan) and not glob.glob(os.path.join(log_dir, "*", "*.tmp"))
+  meta = _consistent(log_dir)
+  assert meta["log"]["rows"] == 250 and meta["log"]["parts"] == 3
+  keys = _read_log(log_dir).column("key").to_pylist()
+  assert len(set(keys)) == 250
+
+
+def test_concurrent_threads_lose_and_duplicate_nothing(offline, taxi, tmp_path):
+  records, aggs = _small(taxi, 800)
+  with _logger(offline, tmp_path / "one", batch_size=100) as logger:
+    logger.log_batch(records, aggs)
+  logger = _logger(offline, tmp_path / "threads", batch_size=100)
+
+  def work(k):
+    for i in range(k, len(records), 4):
+      if i % 3:
+        logger.log(records[i], aggs[i])
+      else:
+        logger.log_batch([records[i]], [aggs[i]])
+
+  threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  logger.close()
+  one, many = _read_log(str(tmp_path / "one")), _read_log(str(tmp_path / "threads"))
+  assert many.num_rows == 800 and len(set(many.column("key").to_pylist())) == 800
+  assert sorted(many.column("key").to_pylist()) == sorted(one.column("key").to_pylist())
+  digests = [{b["bucket"]: b["digests"] for b in _meta(str(d))["log"]["buckets"]}
+             for d in (tmp_path / "one", tmp_path / "threads")]
+  assert digests[0] == digests[1]
+  _consistent(str(tmp_path / "threads"))
+
+
+def test_bad_input_is_a_usage_error(offline, taxi, tmp_path):
+  records, aggs = _small(taxi, 2)
+  logger = _logger(offline, tmp_path / "a")
+  with pytest.raises(common.UsageError, match="dict"):
+    logger.log(["not", "a", "dict"])
+  with pytest.raises(common.UsageError, match="'fare': source text"):
+    logger.log(dict(records[0], fare=12.5), aggs[0])
+  with pytest.raises(common.UsageError, match=AGG):
+    logger.log(records[0], {AGG: "3"})
+  logger.close()
+  with pytest.raises(common.UsageError, match="closed"):
+    logger.log(records[1], aggs[1])
+  other = dataclasses.replace(profiles.parse_profile(_meta(offline)["profile"]), num_shards=8)
+  with pytest.raises(common.UsageError, match="another log.*profile"):
+    with _logger(offline, tmp_path / "a", profile=other) as again:
+      again.log(records[1], aggs[1])
+  assert feature_log.LOG_SEED == _meta(str(tmp_path / "a"))["log"]["seed"]
+  assert np.sum([b["rows"] for b in _meta(str(tmp_path / "a"))["log"]["buckets"]]) == 0
