@@ -1,0 +1,420 @@
+"""Pure kernels of the replay diff on small hand-built feature-log tables: compare, tolerance,
+drift and run-metadata causes. Expected values are worked out by hand in each test."""
+import copy
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+
+from pipelines.common import UsageError
+from replay import compare, drift, metadata, model, tolerance
+from replay.compare import Context
+from transforms import fingerprint
+
+STAGE_FPS = ("raw", "parse", "window", "shard", "serialize")
+
+
+def log(rows, types=None):
+  """A feature-log table. Each row: {key, dropped (stage or None), fp: {stage: int} (default 1
+  per stage; a dropped row has only raw/parse), values: {feature: value}}; fp__F and
+  fp_transform are the real fingerprints of the values, as pipelines.features writes them."""
+  types = types or {"x": pa.float64(), "c": pa.int64()}
+  names = sorted(types)
+  cols = {"key": pa.array([r["key"] for r in rows], pa.string()),
+          "dropped_stage": pa.array([r.get("dropped") for r in rows], pa.string()),
+          "drop_reason": pa.array([r.get("dropped") and "late" for r in rows], pa.string())}
+  for s in STAGE_FPS:
+    cols[f"fp_{s}"] = pa.array(
+        [None if r.get("dropped") and s not in ("raw", "parse") else r.get("fp", {}).get(s, 1)
+         for r in rows], pa.uint64())
+  kept = [i for i, r in enumerate(rows) if not r.get("dropped") and r.get("values") is not None]
+  values = pa.table({n: pa.array([rows[i]["values"].get(n) for i in kept], types[n])
+                     for n in names}) if kept else None
+  full = {}
+  for n in names:
+    fp = [None] * len(rows)
+    val = [None] * len(rows)
+    if kept:
+      f = fingerprint.fingerprint_batch(values, [n])
+      for j, i in enumerate(kept):
+        fp[i], val[i] = int(f[j]), rows[i]["values"].get(n)
+    full[n] = (fp, val)
+  whole = [None] * len(rows)
+  if kept:
+    for j, i in enumerate(kept):
+      whole[i] = int(fingerprint.fingerprint_batch(values)[j])
+  cols["fp_transform"] = pa.array(whole, pa.uint64())
+  for n in names:
+    cols[f"fp__{n}"] = pa.array(full[n][0], pa.uint64())
+    cols[f"value__{n}"] = pa.array(full[n][1], types[n])
+  return pa.table(cols)
+
+
+def row(key, x=1.0, c=3, dropped=None, **fp):
+  return {"key": key, "dropped": dropped, "fp": fp, "values": {"x": x, "c": c}}
+
+
+BASE = [row("a"), row("b", 2.0, 4), row("c", 3.0, 5), row("d", 4.0, 6)]
+
+
+def diff(off_rows, prod_rows, types=None, **ctx):
+  return compare.compare_bucket(log(off_rows, types), log(prod_rows, types), Context(**ctx))
+
+
+def nonzero(d):
+  return {k: v for k, v in d.items() if v}
+
+
+# --------------------------------------------------------------------------- compare_bucket
+def test_identical_tables_are_identical():
+  p = diff(BASE, BASE)
+  assert nonzero(p.records) == {"matched_keys": 4, "identical": 4}
+  assert nonzero(p.first_stage) == {}
+  assert all(p.stages[s] == [4, 0] for s in p.stages)
+  assert p.features["x"]["match"] == 4 and p.features["x"]["kind"] == "numeric"
+  assert p.features["c"]["kind"] == "categorical"
+
+
+@pytest.mark.parametrize("stage", STAGE_FPS)
+def test_each_record_stage_can_be_the_first_divergent(stage):
+  later = STAGE_FPS[STAGE_FPS.index(stage):]
+  prod = [row("a", **{s: 99 for s in later})] + BASE[1:]
+  p = diff(BASE, prod)
+  assert nonzero(p.first_stage) == {stage: 1}
+  assert p.records["divergent"] == 1 and p.records["identical"] == 3
+  for s in STAGE_FPS:
+    assert p.stages[s] == ([3, 1] if s in later else [4, 0])
+  assert p.samples["divergent"][0][2] == {"key": "a", "first_divergent_stage": stage,
+                                          "features": {}}
+
+
+def test_transform_only_divergence_is_transform_or_analyze():
+  prod = [row("a", c=7)] + BASE[1:]
+  p = diff(BASE, prod)
+  assert nonzero(p.first_stage) == {"transform": 1}
+  assert p.stages["transform"] == [3, 1] and p.stages["analyze"] == [4, 0]
+  assert p.features["c"]["mismatch"] == 1 and p.features["x"]["match"] == 4
+  assert p.samples["divergent"][0][2]["features"] == {"c": [3, 7]}
+  p = diff(BASE, prod, transform_stage="analyze", analyze_match=False)
+  assert nonzero(p.first_stage) == {"analyze": 1}
+  assert p.stages["analyze"] == [0, 4]
+
+
+def test_numeric_noise_within_tolerance_or_not():
+  prod = [row("a", x=1.0001), row("b", 2.0, 4), row("c", 3.0003, 5), row("d", 4.0, 6)]
+  loose = diff(BASE, prod, tolerance=tolerance.normalise(rel_tol=1e-3))
+  assert nonzero(loose.records) == {"matched_keys": 4, "identical": 2, "within_tolerance": 2}
+  assert loose.features["x"]["within_tolerance"] == 2 and loose.features["x"]["mismatch"] == 0
+  # |delta| = 1e-4 and 3e-4: max 3e-4; mean over the 4 records compared: 4e-4 / 4.
+  f = model.FeatureSummary.from_totals(loose.features["x"])
+  assert f.max_abs_delta == pytest.approx(3e-4) and f.mean_abs_delta == pytest.approx(1e-4)
+  tight = diff(BASE, prod, tolerance=tolerance.normalise(rel_tol=1e-5))
+  assert nonzero(tight.first_stage) == {"transform": 2}
+  assert tight.features["x"]["mismatch"] == 2
+  # Absolute tolerance: 2e-4 admits a's 1e-4 only.
+  mixed = diff(BASE, prod, tolerance=tolerance.normalise(abs_tol=2e-4))
+  assert (mixed.records["within_tolerance"], mixed.records["divergent"]) == (1, 1)
+
+
+def test_per_feature_tolerance_applies_to_its_feature_only():
+  types = {"x": pa.float64(), "y": pa.float64()}
+  off = [{"key": "a", "values": {"x": 1.0, "y": 1.0}}, {"key": "b", "values": {"x": 2.0, "y": 2.0}}]
+  prod = [{"key": "a", "values": {"x": 1.01, "y": 1.0}}, {"key": "b", "values": {"x": 2.0, "y": 2.01}}]
+  tol = tolerance.from_flags(specs=["x=0.1:0"])
+  p = diff(off, prod, types, tolerance=tol)
+  assert p.features["x"]["within_tolerance"] == 1 and p.features["y"]["mismatch"] == 1
+  assert (p.records["within_tolerance"], p.records["divergent"]) == (1, 1)
+  assert p.samples["divergent"][0][2]["key"] == "b"
+
+
+def test_a_categorical_change_beside_numeric_noise_is_divergent():
+  prod = [row("a", x=1.0000001, c=9)] + BASE[1:]
+  p = diff(BASE, prod, tolerance=tolerance.normalise(rel_tol=1e-3))
+  assert p.records["divergent"] == 1 and p.records["within_tolerance"] == 0
+  assert p.features["x"]["within_tolerance"] == 1 and p.features["c"]["mismatch"] == 1
+
+
+def test_one_side_only_with_and_without_drop_reason_and_dropped_both():
+  off = [row("a"), row("b"), row("c", dropped="window"), row("d"), row("e", dropped="window"),
+         row("f", dropped="window")]
+  prod = [row("a"), row("b", dropped="window"), row("c"), row("e", dropped="window"),
+          row("g"), row("h", dropped="window")]
+  p = diff(off, prod)
+  # a matched; b offline only (production dropped it at window); d offline only (absent);
+  # c production only (offline dropped it); g production only (absent); e dropped on both;
+  # f dropped offline and absent in production, h the reverse: kept on neither side.
+  assert nonzero(p.records) == {"matched_keys": 1, "identical": 1, "offline_only": 2,
+                                "production_only": 2, "dropped_both": 3}
+  assert p.one_side == {"offline": {"window": 1, "absent": 1},
+                        "production": {"window": 1, "absent": 1}}
+  assert sorted(e[2]["key"] + ":" + e[2]["reason"] for e in p.samples["offline_only"]) == \
+      ["b:window", "d:absent"]
+  assert sorted(e[2]["key"] + ":" + e[2]["reason"] for e in p.samples["production_only"]) == \
+      ["c:window", "g:absent"]
+
+
+def test_a_side_without_the_bucket_makes_every_kept_key_one_side_only():
+  p = compare.compare_bucket(log(BASE), None, Context())
+  assert p.records["offline_only"] == 4 and p.one_side["offline"] == {"absent": 4}
+  p = compare.compare_bucket(None, log(BASE), Context())
+  assert p.records["production_only"] == 4
+
+
+def test_duplicate_keys_are_reported_and_excluded():
+  off = BASE + [row("a", x=5.0)]
+  prod = BASE + [row("b"), row("b")]
+  p = diff(off, prod)
+  assert p.records["duplicate_keys_offline"] == 1 and p.records["duplicate_keys_production"] == 1
+  # a is excluded offline (so production's a is production-only), b excluded in production.
+  assert p.records["matched_keys"] == 2 and p.records["production_only"] == 1
+  assert p.records["offline_only"] == 1
+  assert sorted((e[2]["side"], e[2]["key"]) for e in p.samples["duplicate_keys"]) == \
+      [("offline", "a"), ("production", "b")]
+
+
+def test_null_values_and_missing_transform_rows():
+  types = {"x": pa.float64()}
+  off = [{"key": "a", "values": {"x": None}}, {"key": "b", "values": {"x": 2.0}},
+         {"key": "c", "values": {"x": None}}, {"key": "d", "values": None}]
+  prod = [{"key": "a", "values": {"x": None}}, {"key": "b", "values": {"x": None}},
+          {"key": "c", "values": None}, {"key": "d", "values": {"x": 1.0}}]
+  p = diff(off, prod, types, tolerance=tolerance.normalise(abs_tol=10.0))
+  f = p.features["x"]
+  # a: null == null; b: value vs null, never within tolerance; c / d: no transformed row on
+  # one side (fp__x null there) -> one side only for the feature.
+  assert (f["match"], f["mismatch"], f["within_tolerance"]) == (1, 1, 0)
+  assert (f["offline_only"], f["production_only"]) == (1, 1)
+  assert p.records["divergent"] == 3 and p.records["identical"] == 1
+
+
+def test_list_features():
+  types = {"v": pa.list_(pa.float64())}
+  off = [{"key": k, "values": {"v": v}} for k, v in
+         [("a", [1.0, 2.0]), ("b", [1.0, 2.0]), ("c", [1.0, None]), ("d", [1.0])]]
+  prod = [{"key": k, "values": {"v": v}} for k, v in
+          [("a", [1.0, 2.001]), ("b", [1.0, 2.0, 3.0]), ("c", [1.001, None]), ("d", [5.0])]]
+  p = diff(off, prod, types, tolerance=tolerance.normalise(abs_tol=0.01))
+  f = p.features["v"]
+  assert f["kind"] == "numeric"
+  # a, c: same length, elements within 0.01 (c's nulls pair up); b: lengths differ; d: 4 away.
+  assert (f["within_tolerance"], f["mismatch"]) == (2, 2)
+  assert f["delta_max"] == pytest.approx(4.0)
+  assert p.records["within_tolerance"] == 2 and p.records["divergent"] == 2
+  sample = {e[2]["key"]: e[2]["features"]["v"] for e in p.samples["divergent"]}
+  assert sample == {"b": [[1.0, 2.0], [1.0, 2.0, 3.0]], "d": [[1.0], [5.0]]}
+
+
+def test_nan_pairs_and_string_features():
+  types = {"x": pa.float64(), "s": pa.string()}
+  off = [{"key": "a", "values": {"x": float("nan"), "s": "u"}},
+         {"key": "b", "values": {"x": 1.0, "s": "u"}}]
+  prod = [{"key": "a", "values": {"x": float("nan"), "s": "v"}},
+          {"key": "b", "values": {"x": float("nan"), "s": "u"}}]
+  p = diff(off, prod, types, tolerance=tolerance.normalise(abs_tol=1.0))
+  assert p.features["x"]["match"] == 1 and p.features["x"]["mismatch"] == 1
+  assert p.features["s"] == {**p.features["s"], "kind": "categorical", "mismatch": 1, "match": 1}
+  assert {e[2]["key"]: e[2]["features"] for e in p.samples["divergent"]}["b"] == \
+      {"x": [1.0, "nan"]}
+
+
+def test_samples_are_the_smallest_key_hashes_and_merge_keeps_the_smallest():
+  keys = [f"k{i:03d}" for i in range(40)]
+  off = [row(k) for k in keys]
+  prod = [row(k, window=9) for k in keys]
+  a = diff(off[:20], prod[:20], samples=5)
+  b = diff(off[20:], prod[20:], samples=5)
+  expected = sorted(keys, key=lambda k: xxhash.xxh64_intdigest(k.encode(), seed=0))[:5]
+  merged = compare.merge(a, b)
+  assert [e[1] for e in merged.samples["divergent"]] == expected
+  assert merged.records == compare.merge(b, a).records
+  assert merged.records["divergent"] == 40 and merged.first_stage["window"] == 40
+  assert merged.buckets == 2
+
+
+def test_merge_adds_every_counter_and_histogram():
+  a = diff(BASE, [row("a", x=1.5)] + BASE[1:])
+  b = diff(BASE[:2], BASE[:1])
+  m = compare.merge(a, b)
+  assert m.records["matched_keys"] == 5 and m.records["offline_only"] == 1
+  assert m.features["x"]["match"] == a.features["x"]["match"] + b.features["x"]["match"]
+  assert m.stages["transform"] == [a.stages["transform"][0] + b.stages["transform"][0], 1]
+  assert int(m.histograms["offline"]["x"]["counts"].sum()) == 6
+
+
+def test_equal_bucket_counts_from_metadata_alone():
+  entry = {"bucket": 0, "rows": 10, "dropped": 3, "digests": {"transform": "7:00:00"}}
+  p = compare.equal_bucket(entry, (("c", "categorical"), ("x", "numeric")),
+                           Context(analyze_match=False))
+  assert nonzero(p.records) == {"matched_keys": 7, "identical": 7, "dropped_both": 3}
+  assert p.stages["raw"] == [7, 0] and p.stages["analyze"] == [0, 7]
+  assert p.features["x"]["match"] == 7 and p.buckets == 0
+
+
+# --------------------------------------------------------------------------- tolerance
+def test_tolerance_scalar_and_dict_normalise_to_one_structure():
+  t = tolerance.normalise(0.5, {"default": 0.1, "x": 0.2})
+  assert t.to_dict() == {"default": {"abs": 0.5, "rel": 0.1},
+                         "features": {"x": {"abs": 0.5, "rel": 0.2}}}
+  assert t.for_feature("x") == (0.5, 0.2) and t.for_feature("other") == (0.5, 0.1)
+  t = tolerance.from_flags(0.01, None, ["a=0.5:0.25", "b=2"])
+  assert t.for_feature("a") == (0.5, 0.25) and t.for_feature("b") == (2.0, 0.0)
+  assert t.for_feature("z") == (0.01, 0.0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tolerance.normalise(-1.0), lambda: tolerance.normalise(None, float("nan")),
+    lambda: tolerance.normalise({"x": -0.1}), lambda: tolerance.normalise("0.1"),
+    lambda: tolerance.from_flags(abs_tol=-0.5), lambda: tolerance.from_flags(specs=["x"]),
+    lambda: tolerance.from_flags(specs=["x=a:b"]), lambda: tolerance.from_flags(specs=["x=-1:0"]),
+    lambda: tolerance.from_flags(specs=["x=1:2:3"]),
+    lambda: tolerance.from_flags(specs=["x=1:0", "x=2:0"]),
+    lambda: tolerance.normalise(float("inf"))])
+def test_bad_tolerances_are_usage_errors(call):
+  with pytest.raises(UsageError):
+    call()
+
+
+# --------------------------------------------------------------------------- drift
+def test_distances_against_hand_computed_values():
+  assert drift.linf([2, 1, 0], [0, 2, 1]) == pytest.approx(2 / 3)
+  assert drift.jensen_shannon([1, 0], [0, 1]) == 1.0
+  assert drift.jensen_shannon([5, 5], [1, 1]) == 0.0
+  # P = (.75, .25), Q = (.25, .75), M = (.5, .5): KL(P||M) = .75 log2 1.5 + .25 log2 .5.
+  kl = 0.75 * math.log2(1.5) + 0.25 * math.log2(0.5)
+  assert drift.jensen_shannon([3, 1], [1, 3]) == pytest.approx(kl)
+  assert drift.psi([3, 1], [1, 3]) == pytest.approx(2 * 0.5 * math.log(3))
+  # A bin empty on one side: its proportion is raised to epsilon.
+  eps = drift.PSI_EPSILON
+  assert drift.psi([1, 0], [1, 1]) == pytest.approx(
+      (0.5 - 1) * math.log(0.5) + (0.5 - eps) * math.log(0.5 / eps))
+
+
+def test_categorical_drift_entry():
+  a = drift.histogram(pa.array(["a", "a", "b", None]))
+  b = drift.histogram(pa.array(["b", "b", "c"]))
+  d = drift.compare(a, b)
+  assert d["kind"] == "categorical" and d["linf"] == pytest.approx(2 / 3)
+  assert d["histogram"] == {"bins": ["a", "b", "c"], "offline": [2, 1, 0], "production": [0, 2, 1]}
+
+
+def test_numeric_histograms_merge_exactly_and_share_bins():
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=500), rng.normal(1.0, size=400)
+  whole = drift.histogram(pa.array(x))
+  parts = drift.merge(drift.histogram(pa.array(x[:123])), drift.histogram(pa.array(x[123:])))
+  assert np.array_equal(whole["index"], parts["index"])
+  assert np.array_equal(whole["counts"], parts["counts"])
+  assert (parts["min"], parts["max"]) == (x.min(), x.max())
+  d = drift.compare(whole, drift.histogram(pa.array(y)))
+  h = d["histogram"]
+  assert sum(h["offline"]) == 500 and sum(h["production"]) == 400
+  assert len(h["bins"]) == len(h["offline"]) + 1 <= drift.NUM_BINS + 1
+  assert h["bins"][0] == min(x.min(), y.min()) and h["bins"][-1] == max(x.max(), y.max())
+  assert h["bins"] == sorted(h["bins"])
+  # Every value lies in the bin its edges give it (edges fall on fine-bin boundaries).
+  both = np.concatenate([x, y])
+  inner = np.searchsorted(h["bins"][1:-1], x, side="right")
+  assert np.bincount(inner, minlength=len(h["offline"])).tolist() == h["offline"]
+  assert len(both) == 900
+  assert d["jensen_shannon"] == pytest.approx(
+      drift.jensen_shannon(h["offline"], h["production"]))
+  assert drift.compare(whole, parts)["jensen_shannon"] == 0.0
+
+
+def test_numeric_nan_and_infinities_are_bins_of_their_own():
+  a = drift.histogram(pa.array([1.0, float("nan"), float("inf")]))
+  b = drift.histogram(pa.array([1.0, 1.0, float("-inf"), None]))
+  d = drift.compare(a, b)
+  h = d["histogram"]
+  assert (h["nan"], h["pos_inf"], h["neg_inf"]) == ([1, 0], [1, 0], [0, 1])
+  assert d["jensen_shannon"] == pytest.approx(drift.jensen_shannon([1, 1, 1, 0], [2, 0, 0, 1]))
+  assert drift.compare(a, drift.histogram(pa.array([], pa.float64()))) is None
+
+
+# --------------------------------------------------------------------------- metadata
+def meta(**changes):
+  m = {"format": metadata.FORMAT, "transform_module": "transforms.taxi", "runner": "DirectRunner",
+       "profile": {"windowing": {"type": "fixed", "size_seconds": 3600, "offset_seconds": 0},
+                   "sharding": {"num_shards": 4, "hash_seed": 0},
+                   "serialization": {"format": "tfrecord", "float_dtype": "float32"},
+                   "sampling": {"seed": 0, "fraction": 1.0}},
+       "input": {"dir": "/a", "content_digest": "1:00:00", "key_columns": []},
+       "schema": {"columns": [{"name": "fare", "type": "FLOAT"}], "aggregates": ["n"]},
+       "versions": {"beam": "2.77.0", "tf": "2.21.0"},
+       "analyze": {"fingerprint": "f1", "definition": "d1",
+                   "analyzers": {"mean": {"fingerprint": "m1", "values": [1.5]}}},
+       "log": {"num_buckets": 2, "seed": 24301, "rows": 3, "buckets": [
+           {"bucket": 0, "rows": 2, "dropped": 0,
+            "digests": dict.fromkeys(metadata.DIGEST_STAGES, "2:00:00")},
+           {"bucket": 1, "rows": 1, "dropped": 0,
+            "digests": dict.fromkeys(metadata.DIGEST_STAGES, "1:00:00")}]}}
+  m = copy.deepcopy(m)
+  for dotted, value in changes.items():
+    *path, last = dotted.split("__")
+    d = m
+    for p in path:
+      d = d[p]
+    d[last] = value
+  return m
+
+
+def causes(**changes):
+  return {(c["stage"], c["field"], str(c["offline"]), str(c["production"]))
+          for c in metadata.suspected_causes(meta(), meta(**changes))}
+
+
+def test_each_metadata_difference_names_the_stage_it_can_affect():
+  assert causes() == set()
+  assert causes(profile__windowing__offset_seconds=1800) == \
+      {("window", "windowing.offset_seconds", "0", "1800")}
+  assert causes(profile__sharding__hash_seed=7) == {("shard", "sharding.hash_seed", "0", "7")}
+  assert causes(profile__sampling__fraction=0.5) == {("shard", "sampling.fraction", "1.0", "0.5")}
+  assert causes(profile__serialization__float_dtype="float64") == \
+      {("serialize", "serialization.float_dtype", "float32", "float64")}
+  assert causes(schema__columns=[{"name": "fare", "type": "BYTES"}]) == \
+      {("parse", "schema.columns.fare", "FLOAT", "BYTES")}
+  assert causes(input__content_digest="2:00:00") == \
+      {("raw", "input.content_digest", "1:00:00", "2:00:00")}
+  assert causes(transform_module="m2") == {("transform", "transform_module", "transforms.taxi",
+                                            "m2")}
+  assert causes(runner="ProductionLogger") == {
+      ("window", "runner", "DirectRunner", "ProductionLogger"),
+      ("analyze", "runner", "DirectRunner", "ProductionLogger")}
+  assert causes(versions__tf="2.22.0") == {("analyze", "versions.tf", "2.21.0", "2.22.0"),
+                                           ("transform", "versions.tf", "2.21.0", "2.22.0")}
+  assert causes(analyze__fingerprint="f2",
+                analyze__analyzers={"mean": {"fingerprint": "m2", "values": [1.6]}}) == {
+      ("analyze", "analyze.fingerprint", "f1", "f2"),
+      ("analyze", "analyze.analyzers.mean", "[1.5]", "[1.6]")}
+  assert causes(analyze__definition="d2") == {("transform", "analyze.definition", "d1", "d2")}
+  assert causes(input__dir="/b") == set()  # where a log lives is no cause
+
+
+def test_causes_are_sorted_by_stage_then_field():
+  found = metadata.suspected_causes(meta(), meta(transform_module="m2", runner="X",
+                                                 profile__sharding__num_shards=8))
+  assert [(c["stage"], c["field"]) for c in found] == [
+      ("window", "runner"), ("shard", "sharding.num_shards"), ("analyze", "runner"),
+      ("transform", "transform_module")]
+
+
+def test_plan_buckets_and_compatibility():
+  off = meta()
+  prod = meta()
+  prod["log"]["buckets"][1]["digests"]["window"] = "1:00:01"
+  differing, equal = metadata.plan_buckets(off, prod)
+  assert differing == [1] and [e["bucket"] for e in equal] == [0]
+  del prod["log"]["buckets"][0]
+  assert metadata.plan_buckets(off, prod)[0] == [0, 1]
+  with pytest.raises(UsageError, match="num_buckets"):
+    metadata.check_compatible(off, meta(log__num_buckets=4))
+  with pytest.raises(UsageError, match="seed"):
+    metadata.check_compatible(off, meta(log__seed=1))
+
+
+def test_report_model_fraction_counts_one_side_records():
+  rec = {"divergent": 2, "offline_only": 1, "production_only": 1, "matched_keys": 6}
+  assert model.divergent_fraction(rec) == pytest.approx(4 / 8)
+  assert model.divergent_fraction(dict.fromkeys(rec, 0)) == 0.0

@@ -1,0 +1,334 @@
+"""replay.diff end to end on real taxi feature logs: identical logs, then production copies whose
+Parquet logs and run metadata are rewritten consistently (digests recomputed), usage errors.
+
+Expected counts come from what each test changed, never from the diff itself.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import xxhash
+
+from pipelines.common import UsageError
+from replay import diff
+from tests.conftest import ROOT
+from transforms import fingerprint
+
+TOTAL = 15002
+DIGEST_STAGES = ("raw", "parse", "window", "shard", "serialize", "transform")
+WINDOW_BUCKET, DROP_BUCKET, NOISE_BUCKET = 2, 4, 6
+CORRUPT_BUCKET, DELETE_BUCKET = 9, 11
+NOISE = 1e-6
+
+
+def _schema():
+  with open(os.path.join(ROOT, "manifests", "report.schema.json")) as f:
+    return json.load(f)
+
+
+def _copy(src, dst):
+  os.makedirs(dst)
+  shutil.copy(os.path.join(src, "run_metadata.json"), dst)
+  shutil.copytree(os.path.join(src, "feature_log"), os.path.join(dst, "feature_log"))
+  return str(dst)
+
+
+def _meta(root):
+  with open(os.path.join(root, "run_metadata.json")) as f:
+    return json.load(f)
+
+
+def _save_meta(root, meta):
+  with open(os.path.join(root, "run_metadata.json"), "w") as f:
+    json.dump(meta, f)
+
+
+def _rewrite(root, bucket, edit, parts=1):
+  """Applies edit(table) -> table to one bucket's log and rewrites the bucket's metadata entry
+  (rows, dropped, every stage digest) from the new rows; parts > 1 writes it as that many
+  part files (rows reversed), as the production logger may."""
+  meta = _meta(root)
+  entry = next(b for b in meta["log"]["buckets"] if b["bucket"] == bucket)
+  path = os.path.join(root, entry["path"])
+  table = edit(pq.read_table(path))
+  os.remove(path)
+  if parts == 1:
+    pq.write_table(table, path)
+  else:
+    rev = table.take(pa.array(np.arange(table.num_rows)[::-1]))
+    cuts = np.linspace(0, rev.num_rows, parts + 1).astype(int)
+    for i in range(parts):
+      pq.write_table(rev.slice(cuts[i], cuts[i + 1] - cuts[i]),
+                     path.replace(".parquet", f"-part-{i:06d}.parquet"))
+  entry["rows"] = table.num_rows
+  entry["dropped"] = table.num_rows - table.column("dropped_stage").null_count
+  for s in DIGEST_STAGES:
+    fps = table.column(f"fp_{s}").drop_null().to_numpy()
+    entry["digests"][s] = fingerprint.digest_hex(fingerprint.combine_digest(fps))
+  meta["log"]["rows"] = sum(b["rows"] for b in meta["log"]["buckets"])
+  _save_meta(root, meta)
+
+
+def _set(table, name, values):
+  return table.set_column(table.schema.get_field_index(name), name, values)
+
+
+def _change_window(changed):
+  def edit(t):
+    fp = t.column("fp_window").to_numpy().copy()
+    fp[:5] += np.uint64(1)
+    changed["window"] = t.column("key").to_pylist()[:5]
+    return _set(t, "fp_window", pa.array(fp))
+  return edit
+
+
+def _drop(changed):
+  """Removes the first 3 records; marks the next 2 dropped at the window stage."""
+  def edit(t):
+    keys = t.column("key").to_pylist()
+    changed["absent"], changed["dropped"] = keys[:3], keys[3:5]
+    t = t.slice(3)
+    n = t.num_rows
+    late = np.zeros(n, bool)
+    late[:2] = True
+    mask = pa.array(late)
+    for name in t.schema.names:
+      if name.startswith(("fp__", "value__")) or name in ("fp_window", "fp_shard", "fp_serialize",
+                                                          "fp_transform", "window_start",
+                                                          "window_end", "shard_id"):
+        col = t.column(name).combine_chunks()
+        t = _set(t, name, pc.if_else(mask, pa.scalar(None, col.type), col))
+    t = _set(t, "dropped_stage", pa.array(["window"] * 2 + [None] * (n - 2), pa.string()))
+    return _set(t, "drop_reason", pa.array(["late"] * 2 + [None] * (n - 2), pa.string()))
+  return edit
+
+
+def _noise(changed):
+  """fare_z of the first 10 records with a non-zero value scaled by (1 + NOISE), with fp__fare_z
+  and fp_transform recomputed over the values, as the feature log computes them."""
+  def edit(t):
+    v = t.column("value__fare_z").to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(v != 0)[:10]
+    new = v.astype(np.float64)
+    new[rows] *= 1 + NOISE
+    new = new.astype(np.float32)
+    t = _set(t, "value__fare_z", pa.array(new, pa.float32()))
+    names = sorted(n[len("value__"):] for n in t.schema.names if n.startswith("value__"))
+    values = pa.table({n: t.column("value__" + n) for n in names})
+    t = _set(t, "fp__fare_z", pa.array(fingerprint.fingerprint_batch(values, ["fare_z"])))
+    before = t.column("fp_transform").to_numpy()
+    after = fingerprint.fingerprint_batch(values)
+    changed["noise"] = int(np.count_nonzero(before != after))
+    changed["noise_max"] = float(np.max(np.abs(new[rows].astype(np.float64) -
+                                               v[rows].astype(np.float64))))
+    return _set(t, "fp_transform", pa.array(after))
+  return edit
+
+
+@pytest.fixture(scope="module")
+def logs(taxi_features, tmp_path_factory):
+  """The offline taxi log, and a production copy with three buckets changed."""
+  d = tmp_path_factory.mktemp("diff")
+  offline = taxi_features["direct"]
+  prod = _copy(offline, d / "production")
+  changed = {}
+  _rewrite(prod, WINDOW_BUCKET, _change_window(changed), parts=2)
+  _rewrite(prod, DROP_BUCKET, _drop(changed))
+  _rewrite(prod, NOISE_BUCKET, _noise(changed))
+  assert changed["noise"] == 10
+  return {"dir": d, "offline": offline, "production": prod, "changed": changed}
+
+
+def _diff(offline, production, out, *flags):
+  code = diff.run(["--offline", offline, "--production", production, "--output_dir", str(out)]
+                  + list(flags))
+  with open(os.path.join(str(out), "report.json")) as f:
+    report = json.load(f)
+  jsonschema.validate(report, _schema(), cls=jsonschema.Draft202012Validator)
+  return code, report
+
+
+@pytest.fixture(scope="module")
+def tolerant(logs):
+  return _diff(logs["offline"], logs["production"], logs["dir"] / "tolerant", "--rel_tol", "1e-5",
+               "--max_divergent_fraction", "0.001")
+
+
+def _hash_order(keys):
+  return sorted(keys, key=lambda k: xxhash.xxh64_intdigest(k.encode("utf-8"), seed=0))
+
+
+# --------------------------------------------------------------------------- end to end
+def test_identical_logs_skip_every_bucket(taxi_features, tmp_path, capsys):
+  offline = taxi_features["direct"]
+  code, r = _diff(offline, offline, tmp_path / "same")
+  assert code == 0 and r["exit_code"] == 0
+  assert r["records"]["identical"] == r["records"]["matched_keys"] == TOTAL
+  assert r["records"]["divergent"] == 0 and r["divergent_fraction"] == 0.0
+  assert r["buckets"] == {"total": 16, "compared": 0, "skipped_equal": 16}
+  assert r["suspected_causes"] == [] and r["drift"] == {}
+  assert all(f["match"] == TOTAL for f in r["features"].values())
+  assert os.path.exists(tmp_path / "same" / "report.html")
+  assert "report:" in capsys.readouterr().out
+
+
+def test_changed_buckets_give_exact_counts(logs, tolerant):
+  code, r = tolerant
+  c = logs["changed"]
+  noise = c["noise"]
+  rec = r["records"]
+  assert code == 0  # (5 divergent + 5 one side) / 15002 < 0.001
+  assert rec["offline"] == TOTAL and rec["production"] == TOTAL - 3
+  assert rec["matched_keys"] == TOTAL - 5
+  assert rec["offline_only"] == 5 and rec["production_only"] == 0
+  assert rec["divergent"] == 5 and rec["within_tolerance"] == noise
+  assert rec["identical"] == TOTAL - 5 - 5 - noise
+  assert r["divergent_fraction"] == pytest.approx(10 / TOTAL)
+  assert {s: n for s, n in r["first_divergent_stage"].items() if n} == {"window": 5}
+  assert r["stages"]["window"]["mismatch"] == 5 and r["stages"]["shard"]["mismatch"] == 0
+  assert r["stages"]["transform"]["mismatch"] == noise
+  assert r["one_side_only"] == {"offline": {"absent": 3, "window": 2}, "production": {}}
+  assert r["buckets"] == {"total": 16, "compared": 3, "skipped_equal": 13}
+  fare = r["features"]["fare_z"]
+  assert fare["within_tolerance"] == noise and fare["mismatch"] == 0
+  assert fare["max_abs_delta"] == pytest.approx(c["noise_max"])
+  assert [s["key"] for s in r["samples"]["divergent"]] == _hash_order(c["window"])
+  assert {s["first_divergent_stage"] for s in r["samples"]["divergent"]} == {"window"}
+  assert [(s["key"], s["reason"]) for s in r["samples"]["offline_only"]] == \
+      [(k, "absent" if k in c["absent"] else "window")
+       for k in _hash_order(c["absent"] + c["dropped"])]
+  assert set(r["drift"]) == set(r["features"])
+
+
+def test_noise_without_tolerance_is_divergent_at_transform(logs):
+  code, r = _diff(logs["offline"], logs["production"], logs["dir"] / "strict")
+  noise = logs["changed"]["noise"]
+  assert code == 1
+  assert {s: n for s, n in r["first_divergent_stage"].items() if n} == \
+      {"window": 5, "transform": noise}
+  assert r["records"]["divergent"] == 5 + noise and r["records"]["within_tolerance"] == 0
+  assert r["features"]["fare_z"]["mismatch"] == noise
+  assert r["divergent_fraction"] == pytest.approx((5 + noise + 5) / TOTAL)
+
+
+def test_equal_buckets_are_not_read(logs, tolerant):
+  """A corrupt and a missing file in buckets whose digests agree change nothing."""
+  prod = _copy(logs["production"], logs["dir"] / "broken")
+  meta = _meta(prod)
+  paths = {b["bucket"]: os.path.join(prod, b["path"]) for b in meta["log"]["buckets"]}
+  with open(paths[CORRUPT_BUCKET], "wb") as f:
+    f.write(b"not parquet at all")
+  os.remove(paths[DELETE_BUCKET])
+  code, r = _diff(logs["offline"], prod, logs["dir"] / "broken_out", "--rel_tol", "1e-5",
+                  "--max_divergent_fraction", "0.001")
+  assert code == tolerant[0]
+  assert r["records"] == tolerant[1]["records"]
+  assert r["buckets"]["compared"] == 3
+
+
+def test_a_corrupt_file_in_a_differing_bucket_is_a_usage_error(logs):
+  prod = _copy(logs["production"], logs["dir"] / "corrupt")
+  meta = _meta(prod)
+  entry = next(b for b in meta["log"]["buckets"] if b["bucket"] == DROP_BUCKET)
+  with open(os.path.join(prod, entry["path"]), "wb") as f:
+    f.write(b"PAR1 garbage")
+  with pytest.raises(UsageError, match="not a readable Parquet file"):
+    diff.run(["--offline", logs["offline"], "--production", prod,
+              "--output_dir", str(logs["dir"] / "corrupt_out")])
+
+
+def test_log_and_metadata_out_of_step_is_a_usage_error(logs):
+  prod = _copy(logs["production"], logs["dir"] / "step")
+  meta = _meta(prod)
+  entry = next(b for b in meta["log"]["buckets"] if b["bucket"] == DROP_BUCKET)
+  entry["rows"] += 1
+  _save_meta(prod, meta)
+  with pytest.raises(UsageError, match="out of step"):
+    diff.run(["--offline", logs["offline"], "--production", prod,
+              "--output_dir", str(logs["dir"] / "step_out")])
+
+
+# --------------------------------------------------------------------------- usage errors
+def _meta_only(src, dst, edit=None, text=None):
+  os.makedirs(dst)
+  if text is not None:
+    (dst / "run_metadata.json").write_text(text)
+  elif edit is not None:
+    meta = _meta(src)
+    edit(meta)
+    _save_meta(str(dst), meta)
+  return str(dst)
+
+
+def _set_key(path, value):
+  def edit(meta):
+    d = meta
+    for p in path[:-1]:
+      d = d[p]
+    d[path[-1]] = value
+  return edit
+
+
+@pytest.mark.parametrize("case,match", [
+    ("missing_dir", "no such folder"), ("no_metadata", "no run_metadata.json"),
+    ("corrupt_metadata", "not valid JSON"), ("format", "format"),
+    ("num_buckets", "num_buckets"), ("seed", "seed"), ("negative", "--abs_tol"),
+    ("feature_tol", "--tolerance"), ("flag", "unknown flag"), ("fraction", "max_divergent"),
+    ("no_output", "--output_dir")])
+def test_usage_errors(taxi_features, tmp_path, case, match):
+  offline = taxi_features["direct"]
+  prod, extra = offline, []
+  if case == "missing_dir":
+    prod = str(tmp_path / "nope")
+  elif case == "no_metadata":
+    prod = str(tmp_path)
+  elif case == "corrupt_metadata":
+    prod = _meta_only(offline, tmp_path / "p", text="{not json")
+  elif case == "format":
+    prod = _meta_only(offline, tmp_path / "p", _set_key(["format"], "skewtrace.features/2"))
+  elif case == "num_buckets":
+    prod = _meta_only(offline, tmp_path / "p", _set_key(["log", "num_buckets"], 8))
+  elif case == "seed":
+    prod = _meta_only(offline, tmp_path / "p", _set_key(["log", "seed"], 1))
+  else:
+    extra = {"negative": ["--abs_tol", "-0.1"], "feature_tol": ["--tolerance", "fare_z=-1:0"],
+             "flag": ["--rel_tolerance", "1"], "fraction": ["--max_divergent_fraction", "1.5"],
+             "no_output": []}[case]
+  out = [] if case == "no_output" else ["--output_dir", str(tmp_path / "out")]
+  with pytest.raises(UsageError, match=match):
+    diff.run(["--offline", offline, "--production", prod] + out + extra)
+  assert not os.path.exists(tmp_path / "out" / "report.json")
+
+
+def test_output_dir_with_other_files_needs_overwrite(taxi_features, tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "notes.txt").write_text("mine")
+  argv = ["--offline", taxi_features["direct"], "--production", taxi_features["direct"],
+          "--output_dir", str(out)]
+  with pytest.raises(UsageError, match="overwrite"):
+    diff.run(argv)
+  assert diff.run(argv + ["--overwrite"]) == 0
+  assert diff.run(argv + ["--overwrite"]) == 0  # rerun into its own report: replaced
+  assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_command_line_usage_error_is_one_line_and_exit_2(tmp_path):
+  env = dict(os.environ, PYTHONHASHSEED="0")
+  proc = subprocess.run([sys.executable, "-m", "replay.diff", "--offline", str(tmp_path / "a"),
+                         "--production", str(tmp_path / "b"), "--output_dir",
+                         str(tmp_path / "o")], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: --offline")
+  assert "Traceback" not in proc.stderr
+  assert not glob.glob(str(tmp_path / "o" / "*"))
