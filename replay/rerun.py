@@ -78,7 +78,8 @@ def _split(argv):
 
   argv has already been parsed strictly, so every token is a known flag or its value.
   """
-  takes_value = {a.option_strings[0][2:]: a.nargs != 0 for a in _own_parser()._actions}  # pylint: disable=protected-access
+  actions = _own_parser()._actions  # pylint: disable=protected-access
+  takes_value = {a.option_strings[0][2:]: a.nargs != 0 for a in actions}
   own, rest, i = {}, [], 0
   while i < len(argv):
     token = argv[i]
