@@ -10,7 +10,10 @@ MODULES = ["transforms.fingerprint", "transforms.xxh64", "transforms.csv_records
            "pipelines.dataset", "pipelines.ingest", "pipelines.verify", "pipelines.features",
            "transforms.profile", "transforms.window_records", "transforms.shard_records",
            "transforms.serialize_records", "transforms.transform_records",
-           "transforms.feature_log", "transforms.taxi"]
+           "transforms.feature_log", "transforms.taxi", "transforms.progress",
+           "transforms.analyze", "replay.compare", "replay.tolerance", "replay.metadata",
+           "replay.drift", "replay.model", "replay.diff", "replay.render", "replay.rerun",
+           "replay.logger", "replay.check", "replay.cli"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -19,3 +22,15 @@ def test_module_exports_exist(name):
   assert module.__all__
   for symbol in module.__all__:
     assert hasattr(module, symbol), f"{name}.{symbol}"
+
+
+def test_replay_package_names_its_modules():
+  import replay
+  for name in replay.__all__:
+    importlib.import_module(f"replay.{name}")
+
+
+def test_renderers_stage_order_is_the_pipelines():
+  from replay import render
+  from transforms import feature_log
+  assert render.STAGES == feature_log.STAGES
