@@ -302,3 +302,24 @@ def test_bad_input_is_a_usage_error(offline, taxi, tmp_path):
       again.log(records[1], aggs[1])
   assert feature_log.LOG_SEED == _meta(str(tmp_path / "a"))["log"]["seed"]
   assert np.sum([b["rows"] for b in _meta(str(tmp_path / "a"))["log"]["buckets"]]) == 0
+
+
+def test_replay_diff_finds_no_divergent_record(offline, production, taxi, tmp_path):
+  from replay import diff
+  assert diff.run(["--offline", offline, "--production", production,
+                   "--output_dir", str(tmp_path / "full")]) == 0
+  report = json.load(open(tmp_path / "full" / "report.json", encoding="utf-8"))
+  assert report["records"]["identical"] == report["records"]["matched_keys"] == 15002
+  assert report["records"]["divergent"] == 0 and report["exit_code"] == 0
+  assert sum(report["first_divergent_stage"].values()) == 0
+  # A partial log in several parts per bucket: every bucket differs, so each is read and joined.
+  records, aggs = _small(taxi, 500)
+  with _logger(offline, tmp_path / "partial", batch_size=200) as logger:
+    logger.log_batch(records, aggs)
+  code = diff.run(["--offline", offline, "--production", str(tmp_path / "partial"),
+                   "--output_dir", str(tmp_path / "out")])
+  report = json.load(open(tmp_path / "out" / "report.json", encoding="utf-8"))
+  assert report["buckets"]["compared"] == 16 and code == report["exit_code"]
+  assert report["records"]["identical"] == report["records"]["matched_keys"] == 500
+  assert report["records"]["divergent"] == 0 and report["records"]["offline_only"] == 14502
+  assert sum(report["first_divergent_stage"].values()) == 0
