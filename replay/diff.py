@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common, dataset
 from replay import compare, metadata, model, tolerance as tolerances
 
-__all__ = ["DiffOptions", "build_pipeline", "run", "METRICS_NAMESPACE"]
+__all__ = ["DiffOptions", "plan_diff", "build_pipeline", "run", "METRICS_NAMESPACE"]
 
 METRICS_NAMESPACE = "skewtrace.replay"
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
@@ -188,7 +188,9 @@ def _feature_kinds(schemas):
   return tuple(sorted(kinds.items()))
 
 
-def _plan(opts, out):
+def plan_diff(opts, out):
+  """Everything the diff needs before any bucket is read: metadata checked, causes named,
+  differing buckets listed with their checked part files, equal buckets totalled."""
   if not out.output_dir:
     raise common.UsageError("--output_dir is required")
   tol = tolerances.from_flags(opts.abs_tol, opts.rel_tol, opts.tolerance or ())
@@ -264,7 +266,7 @@ def _summary(report):
 def run(argv=None, save_main_session=True):
   """Runs the diff; returns the exit code (0 / 1). Raises UsageError for bad flags/input."""
   options, opts, out = common.job_options(argv, DiffOptions, save_main_session)
-  plan = _plan(opts, out)
+  plan = plan_diff(opts, out)
   output_dir = plan["output_dir"]
   _check_output_dir(output_dir, out.overwrite)
   if plan["tasks"]:

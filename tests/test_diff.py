@@ -18,6 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
+from apache_beam.metrics.metric import MetricsFilter
+
+from pipelines import common
 from pipelines.common import UsageError
 from replay import diff
 from tests.conftest import ROOT
@@ -233,6 +236,37 @@ def test_equal_buckets_are_not_read(logs, tolerant):
   assert code == tolerant[0]
   assert r["records"] == tolerant[1]["records"]
   assert r["buckets"]["compared"] == 3
+
+
+def test_reports_are_identical_bytes_on_multi_processing(logs, tolerant):
+  out = logs["dir"] / "multi"
+  code, r = _diff(logs["offline"], logs["production"], out, "--rel_tol", "1e-5",
+                  "--max_divergent_fraction", "0.001", "--direct_running_mode=multi_processing",
+                  "--direct_num_workers=2")
+  assert (code, r) == tolerant
+  with open(logs["dir"] / "tolerant" / "report.json", "rb") as a, \
+      open(out / "report.json", "rb") as b:
+    assert a.read() == b.read()
+
+
+def test_beam_counters(logs, tmp_path):
+  argv = ["--offline", logs["offline"], "--production", logs["production"],
+          "--output_dir", str(tmp_path)]
+  options, opts, out = common.job_options(argv, diff.DiffOptions, False)
+  plan = diff.plan_diff(opts, out)
+  assert [b for b, _ in plan["tasks"]] == [WINDOW_BUCKET, DROP_BUCKET, NOISE_BUCKET]
+  assert len(plan["tasks"][0][1]["production"]) == 2  # the bucket written as two parts
+  result = diff.build_pipeline(plan, options, str(tmp_path / "r.json")).run()
+  result.wait_until_finish()
+  found = result.metrics().query(MetricsFilter().with_namespace(diff.METRICS_NAMESPACE))
+  counters = {c.key.metric.name: c.committed for c in found["counters"]}
+  assert counters["buckets_compared"] == 3
+  assert counters["divergent"] == 5 + logs["changed"]["noise"]
+  assert counters["offline_only"] == 5
+  read = sum(b["rows"] for b in _meta(logs["offline"])["log"]["buckets"]
+             if b["bucket"] in (WINDOW_BUCKET, DROP_BUCKET, NOISE_BUCKET))
+  assert counters["rows_read_offline"] == read
+  assert counters["rows_read_production"] == read - 3
 
 
 def test_a_corrupt_file_in_a_differing_bucket_is_a_usage_error(logs):
