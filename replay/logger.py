@@ -437,8 +437,11 @@ class ProductionLogger:
       self.stats["flushes"] += 1
       self.stats["logged"] += table.num_rows
       self.stats["dropped"] += table.num_rows - table.column("dropped_stage").null_count
-      _write_atomically(os.path.join(self._log_dir, RUN_METADATA), (json.dumps(
-          self._metadata(), indent=2, sort_keys=True) + "\n").encode("utf-8"))
+      self._save_metadata()
+
+  def _save_metadata(self):
+    _write_atomically(os.path.join(self._log_dir, RUN_METADATA), (json.dumps(
+        self._metadata(), indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
   def _metadata(self):
     n = self._num_buckets
@@ -480,8 +483,7 @@ class ProductionLogger:
       if f"feature_log/{name}" not in listed and (_PART.match(name) or name.endswith(".tmp")):
         os.remove(os.path.join(self._log_dir, "feature_log", name))
     if not os.path.exists(path):  # a log directory always holds its run metadata
-      _write_atomically(path, (json.dumps(self._metadata(), indent=2, sort_keys=True) +
-                               "\n").encode("utf-8"))
+      self._save_metadata()
     for rel in sorted(listed) if not self._key_columns else ():  # continue the ordinals
       t = pq.read_table(os.path.join(self._log_dir, rel), columns=["fp_raw", "fp_parse"])
       for raw, parse in zip(t.column("fp_raw").to_pylist(), t.column("fp_parse").to_pylist()):

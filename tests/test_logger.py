@@ -156,6 +156,10 @@ def test_parse_failure_and_late_records_are_logged_as_dropped_with_reasons(offli
   for row in (untimed, late):
     assert row["fp_parse"] is not None and row["fp_window"] is None and row["shard_id"] is None
   assert kept["dropped_stage"] is None and kept["fp_transform"] is not None
+  with open(os.path.join(ROOT, "manifests", "feature_log.schema.json"), encoding="utf-8") as f:
+    row_schema = json.load(f)
+  for row in rows.values():
+    jsonschema.validate(row, row_schema)
   meta = _meta(str(tmp_path))
   assert sum(b["dropped"] for b in meta["log"]["buckets"]) == 3
   assert sum(int(b["digests"]["parse"].split(":")[0]) for b in meta["log"]["buckets"]) == 3
