@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests import logfaults
+from tests import logfaults, online_store
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
 from transforms import fingerprint
 
@@ -202,6 +202,43 @@ def test_05_numeric_column_parsed_as_string_is_attributed_to_parse(keyed):
   assert r["first_divergent_stage"]["raw"] == 0
   assert r["first_divergent_stage"]["parse"] == n
   assert any("trip_miles" in c for c in _causes(r, "parse"))
+
+
+def test_06_transform_fn_analyzed_on_other_data_is_attributed_to_analyze(keyed):
+  """Production serves the same records through the production logger, but with a transform_fn
+  analyzed on half of the data (other vocabulary counts, means and quantiles)."""
+  from replay.logger import ProductionLogger
+  d = keyed["dir"]
+  half = _write_csv(d / "taxi_half.csv")
+  with open(half) as f:
+    lines = f.readlines()
+  with open(half, "w") as f:
+    f.writelines(lines[:len(lines) // 2])
+  other = _run(keyed, "p_half", None, ingest(d / "ingest_half", "--num_shards", "4", "--schema",
+                                              TAXI_SCHEMA, "--key_columns", "trip_id",
+                                              inputs=half))
+  with open(os.path.join(keyed["offline"], "run_metadata.json")) as f:
+    meta = json.load(f)
+  records, aggregates = online_store.records_and_counts(keyed["csv"], keyed["offline"])
+  prod = str(d / "p_analyze")
+  with ProductionLogger(os.path.join(other, "transform_fn"),
+                        os.path.join(ROOT, "profiles", "offline.yaml"), prod,
+                        [(c["name"], c["type"]) for c in meta["schema"]["columns"]],
+                        ["trip_id"], "trip_start_timestamp", meta["schema"]["aggregates"],
+                        transform_module="transforms.taxi") as logger:
+    logger.log_batch(records, aggregates)
+  off, pro = _log(keyed["offline"]), _log(prod)
+  assert off.column("key").to_pylist() == pro.column("key").to_pylist()
+  for stage in ("raw", "parse", "window", "shard", "serialize"):
+    assert off.column(f"fp_{stage}").equals(pro.column(f"fp_{stage}")), stage
+  n = int(np.count_nonzero(off.column("fp_transform").to_numpy() !=
+                           pro.column("fp_transform").to_numpy()))
+  assert 0 < n
+  code, r = _diff(keyed["offline"], prod, d / "d_analyze")
+  assert code == 1
+  assert r["first_divergent_stage"]["analyze"] == n == r["records"]["divergent"]
+  assert any(c.startswith("analyze.analyzers.") for c in _causes(r, "analyze"))
+  assert "analyze.definition" not in _causes(r, "transform")
 
 
 def test_07_preprocessing_fn_bucket_count_changed_is_attributed_to_transform(keyed):

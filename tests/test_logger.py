@@ -1,6 +1,5 @@
 """replay.logger: the taxi sample logged in production equals the offline feature log, drops carry
 their reasons, sampling keeps ShardRecords' keys, PII never in clear, crashes, threads."""
-import csv
 import dataclasses
 import glob
 import json
@@ -13,15 +12,15 @@ import time
 import jsonschema
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
 from pipelines import common
+from tests import online_store
 from tests.conftest import ROOT, TAXI_CSV
-from transforms import feature_log, fingerprint, profile as profiles, schema, window_records
+from transforms import fingerprint, profile as profiles
 
-AGG = "area_trips_in_window"
+AGG = online_store.AGG
 _FP_COLUMNS = [f"fp_{s}" for s in ("raw", "parse", "window", "shard", "serialize", "transform")]
 
 
@@ -47,24 +46,8 @@ def offline(taxi_features):
 
 @pytest.fixture(scope="module")
 def taxi(offline):
-  """(records as a CSV reader gives them, their windowed counts as an online store holds them:
-  computed over the whole sample with transforms.window_records, as the offline job does)."""
-  meta = _meta(offline)
-  columns = [(c["name"], c["type"]) for c in meta["schema"]["columns"]]
-  names = [n for n, _ in columns]
-  text = pacsv.read_csv(TAXI_CSV, convert_options=pacsv.ConvertOptions(
-      column_types={n: pa.binary() for n in names}, null_values=[""], strings_can_be_null=True,
-      quoted_strings_can_be_null=True))
-  typed = pa.table([schema.type_column(text.column(n).combine_chunks(), t)[0]
-                    for n, t in columns], names=names).combine_chunks().to_batches()[0]
-  prof = profiles.parse_profile(meta["profile"])
-  kept, dropped = window_records.assign_windows(typed, "trip_start_timestamp", prof, None)
-  assert dropped.num_rows == 0 and kept.num_rows == typed.num_rows  # order kept
-  counts = window_records.window_counts(kept, "pickup_community_area", prof)
-  store = window_records.join_counts(kept, "pickup_community_area", AGG, counts)
-  with open(TAXI_CSV, newline="", encoding="utf-8") as f:
-    records = list(csv.DictReader(f))
-  return records, [{AGG: n} for n in store.column(AGG).to_pylist()]
+  """(records as a CSV reader gives them, their windowed counts as an online store holds them)."""
+  return online_store.records_and_counts(TAXI_CSV, offline)
 
 
 @pytest.fixture(scope="module")
