@@ -16,7 +16,6 @@ Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, print
 Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
 """
 import importlib.util
-import io
 import json
 import uuid
 
@@ -64,7 +63,7 @@ def _read_parts(task, side):
   bucket, parts = task
   for path in parts[side]:
     with FileSystems.open(path, compression_type="uncompressed") as f:
-      yield bucket, pq.read_table(io.BytesIO(f.read()))
+      yield bucket, pq.read_table(f)
 
 
 def _concat(tables):
@@ -154,7 +153,7 @@ def _parts(directory, bucket, num_buckets, side):
 def _footer(path, side):
   try:
     with FileSystems.open(path, compression_type="uncompressed") as f:
-      return pq.ParquetFile(io.BytesIO(f.read())).metadata
+      return pq.read_metadata(f)  # the footer only (the file is seekable)
   except (OSError, pa.ArrowException) as e:
     raise common.UsageError(f"--{side}: {path} is not a readable Parquet file ({e})") from None
 
@@ -164,10 +163,12 @@ def _check_parts(meta, directory, bucket, side):
   entry = {int(b["bucket"]): b for b in meta["log"]["buckets"]}.get(bucket)
   if entry is None:
     return [], None
-  paths = _parts(directory, bucket, meta["log"]["num_buckets"], side)
+  num_buckets = meta["log"]["num_buckets"]
+  paths = _parts(directory, bucket, num_buckets, side)
   if not paths and entry["rows"]:
-    raise common.UsageError(f"--{side}: bucket {bucket} has {entry['rows']} rows in "
-                            f"run_metadata.json but no file {metadata.bucket_pattern(directory, bucket, meta['log']['num_buckets'])}")
+    raise common.UsageError(
+        f"--{side}: bucket {bucket} has {entry['rows']} rows in run_metadata.json but no "
+        f"file {metadata.bucket_pattern(directory, bucket, num_buckets)}")
   footers = [_footer(p, side) for p in paths]
   rows = sum(f.num_rows for f in footers)
   if rows != entry["rows"]:
@@ -186,6 +187,18 @@ def _feature_kinds(schemas):
       if field.name.startswith("value__"):
         kinds.setdefault(field.name[7:], compare.feature_kind(field.type))
   return tuple(sorted(kinds.items()))
+
+
+def _check_tolerance_features(tol, kinds):
+  """A per-feature tolerance must name a numeric feature of the logs (a typo would otherwise
+  leave the default in force without a word)."""
+  for name, _, _ in tol.features:
+    if name not in kinds:
+      raise common.UsageError(f"--tolerance names feature {name!r}, which the logs lack "
+                              f"(features: {', '.join(sorted(kinds)) or 'none'})")
+    if kinds[name] != "numeric":
+      raise common.UsageError(f"--tolerance {name}: a {kinds[name]} feature has no tolerance "
+                              "(any difference is a mismatch)")
 
 
 def plan_diff(opts, out):
@@ -225,6 +238,7 @@ def plan_diff(opts, out):
   context = compare.Context(tolerance=tol, transform_stage=stage,
                             analyze_match=analyze_match, samples=opts.samples)
   kinds = _feature_kinds(schemas)
+  _check_tolerance_features(tol, dict(kinds))
   equal_partial = compare.empty(opts.samples)
   for entry in equal:
     equal_partial = compare.merge(equal_partial, compare.equal_bucket(entry, kinds, context))

@@ -2,9 +2,9 @@
 
 Every difference between the two runs' metadata that can change a record becomes a suspected
 cause tied to the stage it can first affect (docs/replay.md has the table):
-  input.content_digest, input.key_columns -> raw     schema.columns.<name> (type) -> parse
-  windowing.*, schema.aggregates -> window           sharding.*, sampling.* -> shard
-  serialization.* -> serialize                       analyze.fingerprint, analyzer outputs -> analyze
+  input.content_digest, input.key_columns -> raw    schema.columns.<name> (type) -> parse
+  windowing.*, schema.aggregates -> window          sharding.*, sampling.* -> shard
+  serialization.* -> serialize                      analyze.fingerprint, analyzers -> analyze
   analyze.definition, transform_module, analyzers on one side only -> transform
   runner -> window (triggering / grouping) and analyze (floating sums, approximate quantiles)
   versions.<library> -> each stage the library takes part in (VERSION_STAGES)

@@ -120,8 +120,10 @@ def test_numeric_noise_within_tolerance_or_not():
 
 def test_per_feature_tolerance_applies_to_its_feature_only():
   types = {"x": pa.float64(), "y": pa.float64()}
-  off = [{"key": "a", "values": {"x": 1.0, "y": 1.0}}, {"key": "b", "values": {"x": 2.0, "y": 2.0}}]
-  prod = [{"key": "a", "values": {"x": 1.01, "y": 1.0}}, {"key": "b", "values": {"x": 2.0, "y": 2.01}}]
+  off = [{"key": "a", "values": {"x": 1.0, "y": 1.0}},
+         {"key": "b", "values": {"x": 2.0, "y": 2.0}}]
+  prod = [{"key": "a", "values": {"x": 1.01, "y": 1.0}},
+          {"key": "b", "values": {"x": 2.0, "y": 2.01}}]
   tol = tolerance.from_flags(specs=["x=0.1:0"])
   p = diff(off, prod, types, tolerance=tol)
   assert p.features["x"]["within_tolerance"] == 1 and p.features["y"]["mismatch"] == 1

@@ -223,6 +223,18 @@ def test_noise_without_tolerance_is_divergent_at_transform(logs):
   assert r["divergent_fraction"] == pytest.approx((5 + noise + 5) / TOTAL)
 
 
+def test_per_feature_tolerance_covers_its_feature_only(logs):
+  noise = logs["changed"]["noise"]
+  _, r = _diff(logs["offline"], logs["production"], logs["dir"] / "per_feature",
+               "--tolerance", "fare_z=0:1e-5", "--tolerance", "trip_miles_z=0:1")
+  assert r["records"]["within_tolerance"] == noise and r["records"]["divergent"] == 5
+  assert r["tolerance"]["features"] == {"fare_z": {"abs": 0.0, "rel": 1e-5},
+                                        "trip_miles_z": {"abs": 0.0, "rel": 1.0}}
+  _, r = _diff(logs["offline"], logs["production"], logs["dir"] / "other_feature",
+               "--tolerance", "trip_miles_z=0:1")
+  assert r["records"]["within_tolerance"] == 0 and r["records"]["divergent"] == 5 + noise
+
+
 def test_equal_buckets_are_not_read(logs, tolerant):
   """A corrupt and a missing file in buckets whose digests agree change nothing."""
   prod = _copy(logs["production"], logs["dir"] / "broken")
@@ -280,6 +292,16 @@ def test_a_corrupt_file_in_a_differing_bucket_is_a_usage_error(logs):
               "--output_dir", str(logs["dir"] / "corrupt_out")])
 
 
+def test_a_missing_file_of_a_differing_bucket_is_a_usage_error(logs):
+  prod = _copy(logs["production"], logs["dir"] / "missing")
+  meta = _meta(prod)
+  entry = next(b for b in meta["log"]["buckets"] if b["bucket"] == NOISE_BUCKET)
+  os.remove(os.path.join(prod, entry["path"]))
+  with pytest.raises(UsageError, match=f"bucket {NOISE_BUCKET} has .* but no file"):
+    diff.run(["--offline", logs["offline"], "--production", prod,
+              "--output_dir", str(logs["dir"] / "missing_out")])
+
+
 def test_log_and_metadata_out_of_step_is_a_usage_error(logs):
   prod = _copy(logs["production"], logs["dir"] / "step")
   meta = _meta(prod)
@@ -316,8 +338,9 @@ def _set_key(path, value):
     ("missing_dir", "no such folder"), ("no_metadata", "no run_metadata.json"),
     ("corrupt_metadata", "not valid JSON"), ("format", "format"),
     ("num_buckets", "num_buckets"), ("seed", "seed"), ("negative", "--abs_tol"),
-    ("feature_tol", "--tolerance"), ("flag", "unknown flag"), ("fraction", "max_divergent"),
-    ("no_output", "--output_dir")])
+    ("feature_tol", "--tolerance"), ("unknown_feature", "the logs lack"),
+    ("categorical_tol", "categorical feature"), ("flag", "unknown flag"),
+    ("fraction", "max_divergent"), ("no_output", "--output_dir")])
 def test_usage_errors(taxi_features, tmp_path, case, match):
   offline = taxi_features["direct"]
   prod, extra = offline, []
@@ -335,6 +358,8 @@ def test_usage_errors(taxi_features, tmp_path, case, match):
     prod = _meta_only(offline, tmp_path / "p", _set_key(["log", "seed"], 1))
   else:
     extra = {"negative": ["--abs_tol", "-0.1"], "feature_tol": ["--tolerance", "fare_z=-1:0"],
+             "unknown_feature": ["--tolerance", "fare=0:1"],
+             "categorical_tol": ["--tolerance", "company_id=1:0"],
              "flag": ["--rel_tolerance", "1"], "fraction": ["--max_divergent_fraction", "1.5"],
              "no_output": []}[case]
   out = [] if case == "no_output" else ["--output_dir", str(tmp_path / "out")]
