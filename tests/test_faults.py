@@ -248,7 +248,7 @@ def test_07_preprocessing_fn_bucket_count_changed_is_attributed_to_transform(key
   for name in [n for n in off.schema.names if n.endswith("_bucket") and n.startswith("value__")]:
     moved |= off.column(name).to_numpy() != pro.column(name).to_numpy()
   n = int(moved.sum())
-  assert 0 < n < TOTAL
+  assert n > 0
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_buckets")
   assert code == 1
   assert r["first_divergent_stage"]["transform"] == n
