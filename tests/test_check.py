@@ -76,8 +76,11 @@ def test_rerunning_a_night_replaces_its_row(nights):
   assert [r for r in rows if r[0] == NIGHTS[1]][0][3] == 0
 
 
-def test_a_missing_partition_is_an_error_naming_its_path(nights):
+def test_a_missing_partition_is_an_error_naming_its_path(nights, taxi_features):
   root, _ = nights
+  with pytest.raises(common.UsageError, match=r"no offline partition at .*2026-12-03"):
+    check.run(["--config", _config(root), "--date", "2026-12-03"])
+  shutil.copytree(taxi_features["direct"], root / "logs" / "offline" / "2026-12-03")
   with pytest.raises(common.UsageError, match=r"no production partition at .*2026-12-03"):
     check.run(["--config", _config(root), "--date", "2026-12-03"])
 
