@@ -8,10 +8,11 @@ Dataflow: add --runner DataflowRunner --project P --region R --temp_location gs:
   --setup_file ./setup.py (logs and output on gs://).
 
 Shaped like TFDV's skew detector: the run metadata are compared first (suspected causes); the
-buckets whose per-stage digests differ are Created, each side's bucket parts read as Arrow
-tables, joined by bucket (CoGroupByKey), compared vectorised (replay/compare.py), totalled by a
-CombineFn and turned into the report (replay/model.py) with deterministic samples. Buckets equal
-on every digest are never read, so the cost grows with the divergence, not with the logs.
+buckets whose per-stage digests differ are Created, each side's part files keyed by bucket and
+joined (CoGroupByKey), each bucket's parts read as Arrow tables and compared vectorised
+(replay/compare.py), totalled by a CombineFn and turned into the report (replay/model.py) with
+deterministic samples. Buckets equal on every digest are never read, so the cost grows with the
+divergence, not with the logs; memory is bounded by one bucket.
 Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, prints a summary.
 Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
 """
@@ -21,7 +22,6 @@ import uuid
 
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -58,27 +58,27 @@ class DiffOptions(PipelineOptions):
     # --output_dir and --overwrite: common.OutputOptions.
 
 
-def _read_parts(task, side):
-  """(bucket, Arrow table) for each of the bucket's parts on one side."""
+def _part_paths(task, side):
+  """(bucket, path) for each of the bucket's part files on one side."""
   bucket, parts = task
   for path in parts[side]:
+    yield bucket, path
+
+
+def _read_parts(paths):
+  """One side's rows of a bucket, its parts read in path order, or None when it has none."""
+  tables = []
+  for path in sorted(paths):
     with FileSystems.open(path, compression_type="uncompressed") as f:
-      yield bucket, pq.read_table(f)
-
-
-def _concat(tables):
-  """One side's rows of a bucket (parts in any order), or None when it has none there."""
+      tables.append(pq.read_table(f))
   if not tables:
     return None
-  if len(tables) == 1:
-    return tables[0]
-  # Parts arrive in any order: sort by key so per-bucket sums are the same on every runner.
-  table = pa.concat_tables(tables, promote_options="permissive").combine_chunks()
-  return table.take(pc.sort_indices(table, [("key", "ascending")]))
+  return tables[0] if len(tables) == 1 else \
+      pa.concat_tables(tables, promote_options="permissive").combine_chunks()
 
 
 class _CompareBucketFn(beam.DoFn):
-  """(bucket, {offline: [part tables], production: [...]}) -> the bucket's Partial."""
+  """(bucket, {offline: [part paths], production: [...]}) -> the bucket's Partial."""
 
   def __init__(self, context):
     self._context = context
@@ -88,7 +88,7 @@ class _CompareBucketFn(beam.DoFn):
 
   def process(self, element):
     _, grouped = element
-    tables = {s: _concat(list(grouped[s])) for s in compare.SIDES}
+    tables = {s: _read_parts(grouped[s]) for s in compare.SIDES}
     part = compare.compare_bucket(tables["offline"], tables["production"], self._context)
     self._buckets.inc()
     for s, t in tables.items():
@@ -130,7 +130,10 @@ def build_pipeline(plan, options, report_path):
   """The un-run diff Pipeline over plan["tasks"]: (bucket, {side: [its part paths]})."""
   p = beam.Pipeline(options=options)
   tasks = p | "DifferingBuckets" >> beam.Create(plan["tasks"])
-  sides = {s: tasks | f"Read{s.capitalize()}Parts" >> beam.FlatMap(_read_parts, s)
+  # The bucket's part paths, not their rows, go through the CoGroupByKey: the logs are already
+  # partitioned by bucket, so each bucket is read where it is compared and no row is shuffled
+  # (shuffling the Arrow tables instead cost 15 of 20 s at 1M rows on DirectRunner).
+  sides = {s: tasks | f"{s.capitalize()}Parts" >> beam.FlatMap(_part_paths, s)
            for s in compare.SIDES}
   _ = (sides
        | "JoinBuckets" >> beam.CoGroupByKey()
