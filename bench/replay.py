@@ -19,12 +19,8 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
-
-import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -66,23 +62,8 @@ open(out, "w").write(f"{c.count_matching_rows()} {len(c.df1_unq_rows)} {len(c.df
 
 
 def timed(cmd):
-  """(wall seconds, peak RSS MiB of the process tree) of one command."""
-  start = time.monotonic()
-  proc = psutil.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                      env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-                               PYTHONHASHSEED="0"))
-  peak = 0
-  while proc.poll() is None:
-    try:
-      rss = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(True))
-      peak = max(peak, rss)
-    except psutil.Error:
-      pass
-    time.sleep(0.05)
-  elapsed = time.monotonic() - start
-  if proc.returncode not in (0, 1):
-    raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}): {proc.stderr.read().decode()[-2000:]}")
-  return elapsed, peak / 2**20
+  """(wall seconds, peak RSS MiB) of a command; exit 1 (divergence found) is a result."""
+  return ingest_bench.measure(cmd, ok=(0, 1))
 
 
 def main():
