@@ -97,6 +97,21 @@ def test_ingest_and_features_on_the_job_service_equal_direct_runner(job_service,
   assert meta["log"] == direct["log"] and meta["analyze"] == direct["analyze"]
 
 
+def test_diff_on_the_job_service_equals_direct_runner(job_service, taxi_features, tmp_path):
+  from replay import diff
+  from tests import logfaults
+  production = str(tmp_path / "production")
+  moved = logfaults.edit_log(taxi_features["direct"], production, logfaults.window_shift(100))
+  reports = {}
+  for name, flags in (("direct", []), ("job_service", job_service)):
+    out = tmp_path / f"diff_{name}"
+    assert diff.run(["--offline", taxi_features["direct"], "--production", production,
+                     "--output_dir", str(out)] + flags) == 1
+    reports[name] = (out / "report.json").read_bytes()
+  assert reports["job_service"] == reports["direct"]
+  assert json.loads(reports["direct"])["first_divergent_stage"]["window"] == moved > 0
+
+
 # --------------------------------------------------------------------------- portability
 FLINK = ["--runner=FlinkRunner", "--flink_master=localhost:8081",
          "--environment_type=EXTERNAL", "--environment_config=localhost:50000"]
@@ -108,9 +123,20 @@ STANDARD_LEAVES = {"beam:transform:pardo:v1", "beam:transform:group_by_key:v1",
                    "beam:transform:window_into:v1", "beam:transform:read:v1"}
 
 
-def _built(job, runner_flags, tmp_path, ingest_dir):
-  """The un-run pipeline of `job` ('ingest' or 'features') for the given runner flags."""
+def _built(job, runner_flags, tmp_path, ingest_dir, features_dir):
+  """The un-run pipeline of `job` ('ingest', 'features' or 'diff') for the runner flags."""
   from pipelines import features, ingest
+  from replay import diff
+  if job == "diff":
+    from tests import logfaults
+    production = str(tmp_path / "production")
+    logfaults.edit_log(features_dir, production, logfaults.window_shift(100))
+    argv = ["--offline", features_dir, "--production", production, "--output_dir",
+            str(tmp_path / "d")] + runner_flags
+    options, opts, out = common.job_options(argv, diff.DiffOptions, True)
+    plan = diff.plan_diff(opts, out)
+    assert plan["tasks"]
+    return diff.build_pipeline(plan, options, str(tmp_path / "d" / "report.json"))
   if job == "ingest":
     argv = ["--input", TAXI_CSV, "--output_dir", str(tmp_path / "i"), "--schema", TAXI_SCHEMA,
             "--num_shards", "4"] + runner_flags
@@ -126,12 +152,12 @@ def _built(job, runner_flags, tmp_path, ingest_dir):
 
 
 @pytest.mark.parametrize("runner", ["flink", "dataflow"])
-@pytest.mark.parametrize("job", ["ingest", "features"])
+@pytest.mark.parametrize("job", ["ingest", "features", "diff"])
 def test_pipelines_use_standard_urns_and_deterministic_key_coders(job, runner, taxi_runs,
-                                                                  tmp_path):
+                                                                  taxi_features, tmp_path):
   from apache_beam.runners import pipeline_context
   pipeline = _built(job, FLINK if runner == "flink" else DATAFLOW, tmp_path,
-                    taxi_runs["direct"])
+                    taxi_runs["direct"], taxi_features["direct"])
   proto = pipeline.to_runner_api()
   leaves = collections.Counter()
   for t in proto.components.transforms.values():
