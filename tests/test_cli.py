@@ -1,0 +1,75 @@
+"""The skewtrace console script: subcommands, help that lists every flag with a sentence, and
+the jobs' exit codes."""
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines import common
+from replay import cli
+from tests.conftest import ROOT
+
+
+def _help(argv):
+  with pytest.raises(common.HelpRequested) as e:
+    cli.run(argv)
+  return str(e.value)
+
+
+def _own_flags(module):
+  """(flag, help) of every flag the job's own PipelineOptions classes define."""
+  parser = argparse.ArgumentParser(add_help=False)
+  for v in vars(module).values():
+    if isinstance(v, type) and issubclass(v, PipelineOptions) and \
+        v.__module__ == module.__name__:
+      v._add_argparse_args(parser)  # pylint: disable=protected-access
+  return [(a.option_strings[0], a.help) for a in parser._actions]  # pylint: disable=protected-access
+
+
+def test_top_level_help_lists_every_subcommand_with_a_sentence():
+  text = _help(["--help"])
+  for name, (_, sentence) in cli.SUBCOMMANDS.items():
+    assert f"  {name}" in text and sentence in text
+  assert _help([]) == text
+
+
+@pytest.mark.parametrize("name", sorted(set(cli.SUBCOMMANDS) - {"verify"}))
+def test_each_subcommands_help_lists_every_flag_with_a_sentence(name):
+  module = importlib.import_module(cli.SUBCOMMANDS[name][0])
+  text = _help([name, "--help"])
+  flags = _own_flags(module) + [("--output_dir", "Folder to write.")]
+  assert len(flags) > 1
+  for flag, sentence in flags:
+    assert sentence and sentence.strip().endswith((".", ")")), (name, flag)
+    assert flag in text, (name, flag)
+  assert "Any Beam pipeline flag" in text
+
+
+def test_verify_help_and_usage():
+  assert "usage: python -m pipelines.verify DIR" in _help(["verify", "--help"])
+  with pytest.raises(common.UsageError, match="usage"):
+    cli.run(["verify"])
+
+
+def test_unknown_subcommand_and_flags_are_usage_errors():
+  with pytest.raises(common.UsageError, match="unknown subcommand 'ingst'"):
+    cli.run(["ingst"])
+  with pytest.raises(common.UsageError, match="unknown flag"):
+    cli.run(["diff", "--ofline", "x"])
+
+
+def test_the_console_script_exits_with_the_jobs_codes(tmp_path):
+  script = os.path.join(os.path.dirname(sys.executable), "skewtrace")
+  assert os.path.exists(script), "pip install -e . installs the skewtrace console script"
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  ok = subprocess.run([script, "--help"], capture_output=True, text=True, env=env, check=False)
+  assert ok.returncode == 0 and "subcommands:" in ok.stdout
+  bad = subprocess.run([script, "diff", "--offline", str(tmp_path / "none"), "--production",
+                        str(tmp_path / "none"), "--output_dir", str(tmp_path / "out")],
+                       capture_output=True, text=True, env=env, check=False)
+  assert bad.returncode == 2
+  assert bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
