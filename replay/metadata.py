@@ -61,6 +61,7 @@ def load(directory, side):
   missing = [k for k in _REQUIRED if k not in meta]
   if missing:
     raise UsageError(f"--{side} {path}: lacks {', '.join(missing)}")
+  _check_sections(meta, f"--{side} {path}")
   log = meta["log"]
   try:
     for b in log["buckets"]:
@@ -71,6 +72,22 @@ def load(directory, side):
   except (KeyError, TypeError, ValueError) as e:
     raise UsageError(f"--{side} {path}: malformed log section ({e!r})") from None
   return meta
+
+
+def _check_sections(meta, where):
+  """UsageError naming the field unless every section the diff reads has the shape it reads."""
+  for section in ("profile", "input", "schema", "versions", "analyze", "log"):
+    if not isinstance(meta[section], dict):
+      raise UsageError(f"{where}: {section} is a {type(meta[section]).__name__}, not an object")
+  if not isinstance(meta["log"].get("rows"), int):
+    raise UsageError(f"{where}: log.rows missing or not an integer")
+  columns = meta["schema"].get("columns", [])
+  if not isinstance(columns, list) or not all(
+      isinstance(c, dict) and "name" in c and "type" in c for c in columns):
+    raise UsageError(f"{where}: schema.columns must be a list of {{name, type}} objects")
+  analyzers = meta["analyze"].get("analyzers", {})
+  if not isinstance(analyzers, dict) or not all(isinstance(a, dict) for a in analyzers.values()):
+    raise UsageError(f"{where}: analyze.analyzers must map names to objects")
 
 
 def check_compatible(offline, production):

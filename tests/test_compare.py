@@ -1,6 +1,7 @@
 """Pure kernels of the replay diff on small hand-built feature-log tables: compare, tolerance,
 drift and run-metadata causes. Expected values are worked out by hand in each test."""
 import copy
+import json
 import math
 
 import numpy as np
@@ -428,3 +429,19 @@ def test_report_model_fraction_counts_one_side_records():
   rec = {"divergent": 2, "offline_only": 1, "production_only": 1, "matched_keys": 6}
   assert model.divergent_fraction(rec) == pytest.approx(4 / 8)
   assert model.divergent_fraction(dict.fromkeys(rec, 0)) == 0.0
+
+
+@pytest.mark.parametrize("field,edit", [
+    ("log.rows", lambda m: m["log"].pop("rows")),
+    ("profile", lambda m: m.update(profile=["fixed"])),
+    ("analyze", lambda m: m.update(analyze="f1")),
+    ("schema.columns", lambda m: m["schema"]["columns"][0].pop("type"))])
+def test_malformed_metadata_fields_are_one_line_usage_errors(tmp_path, field, edit):
+  m = meta()
+  edit(m)
+  (tmp_path / metadata.RUN_METADATA).write_text(json.dumps(m))
+  with pytest.raises(UsageError) as e:
+    metadata.load(str(tmp_path), "production")
+  msg = str(e.value)
+  assert "\n" not in msg and metadata.RUN_METADATA in msg and field in msg
+  assert msg.startswith("--production ")
