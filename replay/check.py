@@ -21,10 +21,12 @@ naming the path, never a pass. Rerunning a night replaces its history row.
 """
 import datetime
 import json
+import math
 import os
 import sqlite3
 
 import yaml
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
@@ -54,8 +56,9 @@ def _fraction(where, value):
 
 
 def _number(where, value):
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-    raise common.UsageError(f"config {where} must be a number >= 0, got {value!r}")
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+      not math.isfinite(value) or value < 0:
+    raise common.UsageError(f"config {where} must be a finite number >= 0, got {value!r}")
   return float(value)
 
 
@@ -65,6 +68,25 @@ def _mapping(where, value, check):
   if not isinstance(value, dict):
     raise common.UsageError(f"config {where} must be a mapping")
   return {str(k): check(f"{where}.{k}", v) for k, v in sorted(value.items())}
+
+
+def _tolerance(path, value):
+  """The config's tolerance, validated: {abs, rel, features: {name: {abs, rel}}}."""
+  value = value or {}
+  if not isinstance(value, dict) or set(value) - {"abs", "rel", "features"}:
+    raise common.UsageError(f"{path}: tolerance takes abs, rel and features")
+  out = {k: _number(f"tolerance.{k}", value[k]) for k in ("abs", "rel") if k in value}
+  features = value.get("features") or {}
+  if not isinstance(features, dict):
+    raise common.UsageError(f"{path}: tolerance.features must be a mapping feature -> "
+                            "{abs, rel}")
+  out["features"] = {}
+  for name, t in sorted(features.items()):
+    if not isinstance(t, dict) or not t or set(t) - {"abs", "rel"}:
+      raise common.UsageError(f"{path}: tolerance.features.{name} takes abs and/or rel")
+    out["features"][str(name)] = {k: _number(f"tolerance.features.{name}.{k}", v)
+                                  for k, v in t.items()}
+  return out
 
 
 def load_config(text, path="config"):
@@ -85,6 +107,14 @@ def load_config(text, path="config"):
     if "{date}" not in doc[name] and "{dd}" not in doc[name]:
       raise common.UsageError(f"{path}: {name} must be a template over the date, e.g. "
                               f"{doc[name].rstrip('/')}/{{date}}")
+    try:
+      _expand(doc[name], datetime.date(2000, 1, 1))
+    except (KeyError, ValueError, IndexError) as e:
+      raise common.UsageError(f"{path}: {name}: bad template {doc[name]!r} ({e!r}); it may use "
+                              "{date}, {yyyy}, {mm} and {dd}") from None
+  if "://" in doc["history"]:
+    raise common.UsageError(f"{path}: history must be a local file (SQLite), got "
+                            f"{doc['history']!r}")
   th = doc.get("thresholds")
   if not isinstance(th, dict) or "divergent_fraction" not in th:
     raise common.UsageError(f"{path}: thresholds.divergent_fraction is required")
@@ -98,9 +128,7 @@ def load_config(text, path="config"):
   beam_args = doc.get("beam_args") or []
   if not isinstance(beam_args, list) or not all(isinstance(a, str) for a in beam_args):
     raise common.UsageError(f"{path}: beam_args must be a list of flags")
-  tolerance = doc.get("tolerance") or {}
-  if not isinstance(tolerance, dict) or set(tolerance) - {"abs", "rel", "features"}:
-    raise common.UsageError(f"{path}: tolerance takes abs, rel and features")
+  tolerance = _tolerance(path, doc.get("tolerance"))
   return {"offline": doc["offline"], "production": doc["production"],
           "reports": doc["reports"], "history": doc["history"],
           "thresholds": {"divergent_fraction": _fraction("thresholds.divergent_fraction",
@@ -134,14 +162,15 @@ def _diff_argv(config, offline, production, out):
     argv += ["--abs_tol", repr(float(tol["abs"]))]
   if "rel" in tol:
     argv += ["--rel_tol", repr(float(tol["rel"]))]
-  for name, t in sorted((tol.get("features") or {}).items()):
-    t = t or {}
-    argv += ["--tolerance", f"{name}={float(t.get('abs', 0))!r}:{float(t.get('rel', 0))!r}"]
+  for name, t in sorted(tol["features"].items()):
+    spec = f"{name}={t.get('abs', tol.get('abs', 0.0))!r}"  # no rel: the default rel holds
+    argv += ["--tolerance", spec + (f":{t['rel']!r}" if "rel" in t else "")]
   return argv + list(config["beam_args"])
 
 
 def evaluate(report, thresholds):
-  """The thresholds a report breaks, each as one sentence (empty: all held)."""
+  """The thresholds a report breaks, each as one sentence (empty: all held); UsageError when
+  a threshold names a feature the report lacks."""
   broken = []
   total = report["divergent_fraction"]
   if total > thresholds["divergent_fraction"]:
@@ -153,8 +182,12 @@ def evaluate(report, thresholds):
     frac = report["first_divergent_stage"].get(stage, 0) / denominator
     if frac > limit:
       broken.append(f"stage {stage}: {frac:.6g} of records first diverge there > {limit:.6g}")
+  unknown = sorted((set(thresholds["features"]) | set(thresholds["drift"])) -
+                   set(report["features"]))
+  if unknown:  # a misspelt threshold must not pass silently
+    raise common.UsageError(f"thresholds name feature(s) the logs lack: {', '.join(unknown)}")
   for name, limit in thresholds["features"].items():
-    rate = report["features"].get(name, {}).get("mismatch_rate", 0.0)
+    rate = report["features"][name]["mismatch_rate"]
     if rate > limit:
       broken.append(f"feature {name}: mismatch rate {rate:.6g} > {limit:.6g}")
   for name, limit in thresholds["drift"].items():
@@ -198,12 +231,29 @@ def record_night(history_path, row):
   return [{"date": d, "divergent_fraction": f, "exit_status": s} for d, f, s in reversed(rows)]
 
 
+def _beam_flags(argv):
+  """argv without check's own flags: the Beam flags, passed on to the diff."""
+  out, skip = [], False
+  for arg in argv:
+    if skip:
+      skip = False
+    elif arg in ("--config", "--date"):
+      skip = True
+    elif not arg.startswith(("--config=", "--date=")):
+      out.append(arg)
+  return out
+
+
 def run(argv=None):
   """Runs one night's check; returns 0 (thresholds held) or 1 (broken); UsageError -> 2."""
   from replay import diff, render
-  _, opts, _ = common.job_options(argv, CheckOptions, False)
+  argv = list(argv or [])
+  _, opts, out_opts = common.job_options(argv, CheckOptions, False)
   if not opts.config:
     raise common.UsageError("--config is required")
+  if out_opts.output_dir or out_opts.overwrite:
+    raise common.UsageError("check writes under the config's `reports`: --output_dir and "
+                            "--overwrite are not its flags")
   try:
     with open(opts.config, encoding="utf-8") as f:
       config = load_config(f.read(), opts.config)
@@ -212,18 +262,19 @@ def run(argv=None):
   night = _night(opts.date)
   offline, production = (_expand(config[s], night) for s in ("offline", "production"))
   for side, path in (("offline", offline), ("production", production)):
-    if not os.path.isdir(path):
+    if not FileSystems.exists(FileSystems.join(path, "run_metadata.json")):
       raise common.UsageError(f"{night}: no {side} partition at {path}")
-  out = os.path.join(config["reports"], night.isoformat())
-  diff.run(_diff_argv(config, offline, production, out))
-  with open(os.path.join(out, "report.json"), encoding="utf-8") as f:
-    report = json.load(f)
+  out = FileSystems.join(config["reports"], night.isoformat())
+  diff.run(_diff_argv(config, offline, production, out) + _beam_flags(argv))
+  with FileSystems.open(FileSystems.join(out, "report.json"),
+                        compression_type="uncompressed") as f:
+    report = json.loads(f.read().decode("utf-8"))
   broken = evaluate(report, config["thresholds"])
   code = 1 if broken else 0
   trend = record_night(config["history"], _history_row(night, report, broken, code,
-                                                       os.path.join(out, "report.json")))
-  with open(os.path.join(out, "report.html"), "w", encoding="utf-8") as f:
-    f.write(render.render_html(report, trend=trend))
+                                                       FileSystems.join(out, "report.json")))
+  with FileSystems.create(FileSystems.join(out, "report.html")) as f:
+    f.write(render.render_html(report, trend=trend).encode("utf-8"))
   print(f"night {night}: {'THRESHOLDS BROKEN' if broken else 'all thresholds held'}")
   for sentence in broken:
     print(f"  broken: {sentence}")

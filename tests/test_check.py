@@ -17,7 +17,7 @@ NIGHTS = ["2026-11-30", "2026-12-01", "2026-12-02"]
 def _config(tmp_path, **thresholds):
   th = {"divergent_fraction": 0.001, "stages": {"window": 0.0}}
   th.update(thresholds)
-  path = tmp_path / "nightly.yaml"
+  path = tmp_path / f"nightly-{len(list(tmp_path.glob('nightly-*.yaml')))}.yaml"
   path.write_text(json.dumps({  # JSON is YAML
       "offline": str(tmp_path / "logs" / "offline" / "{date}"),
       "production": str(tmp_path / "logs" / "production" / "{date}"),
@@ -68,12 +68,29 @@ def test_three_nights_clean_fault_clean(nights, capsys):
 
 
 def test_rerunning_a_night_replaces_its_row(nights):
-  root, moved = nights
-  config = _config(root, divergent_fraction=1.0, stages={})
-  assert check.run(["--config", config, "--date", NIGHTS[1]]) == 0  # looser thresholds now
+  root, _ = nights
+  strict, loose = _config(root), _config(root, divergent_fraction=1.0, stages={})
+  assert check.run(["--config", strict, "--date", NIGHTS[1]]) == 1
+  before = len(_history(root))
+  assert check.run(["--config", loose, "--date", NIGHTS[1]]) == 0  # looser thresholds now
   rows = _history(root)
-  assert len(rows) == len({r[0] for r in rows})
-  assert [r for r in rows if r[0] == NIGHTS[1]][0][3] == 0
+  assert len(rows) == before
+  assert [r[3] for r in rows if r[0] == NIGHTS[1]] == [0]
+
+
+def test_feature_thresholds_and_beam_flags_reach_the_diff(nights, capsys):
+  root, _ = nights
+  config = _config(root, divergent_fraction=1.0, stages={}, features={"fare_z": 0.0},
+                   drift={"fare_z": 1.0})
+  # window_shift moves windows only: the features' values agree, so these thresholds hold.
+  assert check.run(["--config", config, "--date", NIGHTS[1],
+                    "--direct_running_mode=multi_processing", "--direct_num_workers=2"]) == 0
+  with pytest.raises(common.UsageError, match="lack: fare_zz"):
+    check.run(["--config", _config(root, features={"fare_zz": 0.0}), "--date", NIGHTS[1]])
+  with pytest.raises(common.UsageError, match="unknown flag"):
+    check.run(["--config", config, "--date", NIGHTS[1], "--runer=DirectRunner"])
+  with pytest.raises(common.UsageError, match="not its flags"):
+    check.run(["--config", config, "--date", NIGHTS[1], "--output_dir", str(root / "x")])
 
 
 def test_a_missing_partition_is_an_error_naming_its_path(nights, taxi_features):
@@ -97,6 +114,14 @@ def test_a_missing_partition_is_an_error_naming_its_path(nights, taxi_features):
      "{divergent_fraction: 0.1, stages: {windw: 0}}\n", "unknown stage"),
     ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
      "{divergent_fraction: 0.1}\nextra: 1\n", "unknown field"),
+    ("offline: a/{region}/{date}\nproduction: b/{date}\nreports: r\nhistory: h\n"
+     "thresholds: {divergent_fraction: 0.1}\n", "bad template"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+     "{divergent_fraction: 0.1}\ntolerance: {abs: fast}\n", "tolerance.abs must be"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+     "{divergent_fraction: 0.1}\ntolerance: {features: [1]}\n", "must be a mapping"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: gs://b/h.sqlite\n"
+     "thresholds: {divergent_fraction: 0.1}\n", "local file"),
 ])
 def test_bad_config_is_a_usage_error(text, message):
   with pytest.raises(common.UsageError, match=message):
@@ -107,3 +132,14 @@ def test_bad_date_is_a_usage_error(nights):
   root, _ = nights
   with pytest.raises(common.UsageError, match="YYYY-MM-DD"):
     check.run(["--config", _config(root), "--date", "12/01/2026"])
+
+
+def test_per_feature_tolerance_without_rel_keeps_the_default_rel():
+  config = check.load_config(
+      "offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+      "{divergent_fraction: 0.1}\ntolerance: {abs: 0.5, rel: 0.01, features: {fare_z: "
+      "{abs: 0.1}, tips: {rel: 0.2}}}\n")
+  argv = check._diff_argv(config, "o", "p", "out")  # pylint: disable=protected-access
+  specs = [argv[i + 1] for i, a in enumerate(argv) if a == "--tolerance"]
+  assert specs == ["fare_z=0.1", "tips=0.5:0.2"]
+  assert argv[argv.index("--rel_tol") + 1] == "0.01"

@@ -91,7 +91,8 @@ def test_nightly_config_in_the_cronjob_validates():
   config_map = _yaml_docs("nightly-cronjob.yaml")[0]
   config = check.load_config(config_map["data"]["nightly.yaml"])
   assert config["thresholds"]["divergent_fraction"] == 0.001
-  common.parse_options(config["beam_args"], [check.CheckOptions])
+  from replay import diff  # beam_args go to the diff
+  common.parse_options(config["beam_args"], [diff.DiffOptions, common.OutputOptions])
 
 
 def test_dataflow_template_parameters_are_flags_of_the_features_job():
