@@ -60,11 +60,14 @@ def float_noise(rel):
             col.fill_null(0).to_numpy(zero_copy_only=False) * (1 + rel), col.type,
             mask=col.is_null().to_numpy(zero_copy_only=False)))
     values = pa.table({n: table.column("value__" + n) for n in names})
-    for n in names:
-      table = _set(table, "fp__" + n, pa.array(fingerprint.fingerprint_batch(values, [n])))
+    dropped = table.column("fp_transform").is_null().to_numpy(zero_copy_only=False)
+    for n in names:  # records a stage dropped keep their null fingerprints
+      table = _set(table, "fp__" + n, pa.array(fingerprint.fingerprint_batch(values, [n]),
+                                               mask=dropped))
     after = fingerprint.fingerprint_batch(values)
-    before = table.column("fp_transform").to_numpy(zero_copy_only=False)
-    return _set(table, "fp_transform", pa.array(after)), int(np.count_nonzero(before != after))
+    before = table.column("fp_transform").fill_null(0).to_numpy(zero_copy_only=False)
+    changed = int(np.count_nonzero((before != after) & ~dropped))
+    return _set(table, "fp_transform", pa.array(after, mask=dropped)), changed
 
   return edit
 
