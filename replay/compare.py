@@ -2,23 +2,26 @@
 
 `compare_bucket(offline, production, context)` joins the bucket's offline and production rows
 by key (Arrow `index_in` / `is_in`, no per-row Python), classifies every key (matched, offline
-or production only with the other side's drop stage as the reason, dropped on both, duplicate
-keys excluded), and for matched keys compares the stage fingerprints in pipeline order and
-every transformed feature (fingerprint equality, then numeric tolerance) -- the semantics of
-docs/replay.md. The result is a `Partial`: counters, per-feature sums and maxima, the
-deterministic samples (smallest XXH64(key, seed 0) first) and the drift histograms; partials
-`merge` associatively, which is how the Beam job's CombineFn totals them.
+or production only with the other side's drop stage as the reason, dropped on both; a key
+duplicated on either side excluded from both), and for matched keys compares the stage
+fingerprints in pipeline order and every transformed feature (fingerprint equality, then
+numeric tolerance) -- the semantics of docs/replay.md. The result is a `Partial`: counters,
+per-feature sums and maxima, the deterministic samples (smallest XXH64(key, seed 0) first) and
+the drift histograms; partials `merge` associatively, which is how the Beam job's CombineFn
+totals them.
 """
 import dataclasses
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 
 from replay import drift
 from replay.tolerance import Tolerance
 from transforms.feature_log import STAGES
+# The XXH64 rounds of the fingerprint kernel, reused for the plain XXH64 of sample keys.
+from transforms.xxh64 import _P1, _P2, _P3, _P4, _merge, _rotl, _round  # pylint: disable=W0212
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
            "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "SAMPLE_KINDS"]
@@ -135,20 +138,71 @@ def _eq(a, b):
   return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
 
 
+_P5 = np.uint64(0x27D4EB2F165667C5)
+
+
+@numba.njit(inline="always")
+def _le(data, p, k):
+  w = np.uint64(0)
+  for b in range(k):
+    w |= np.uint64(data[p + b]) << np.uint64(8 * b)
+  return w
+
+
+@numba.njit(cache=True, nogil=True)
+def _xxh64_spans(data, offsets):
+  """XXH64(data[offsets[i]:offsets[i + 1]], seed 0) for each i (the XXH64 specification)."""
+  out = np.empty(offsets.size - 1, dtype=np.uint64)
+  for i in range(out.size):
+    p, end = offsets[i], offsets[i + 1]
+    if end - p >= 32:
+      v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
+      while end - p >= 32:
+        v1, v2 = _round(v1, _le(data, p, 8)), _round(v2, _le(data, p + 8, 8))
+        v3, v4 = _round(v3, _le(data, p + 16, 8)), _round(v4, _le(data, p + 24, 8))
+        p += 32
+      h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+      h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
+    else:
+      h = _P5
+    h += np.uint64(offsets[i + 1] - offsets[i])
+    while end - p >= 8:
+      h = _rotl(h ^ _round(np.uint64(0), _le(data, p, 8)), 27) * _P1 + _P4
+      p += 8
+    if end - p >= 4:
+      h = _rotl(h ^ (_le(data, p, 4) * _P1), 23) * _P2 + _P3
+      p += 4
+    while p < end:
+      h = _rotl(h ^ (np.uint64(data[p]) * _P5), 11) * _P1
+      p += 1
+    h = (h ^ (h >> np.uint64(33))) * _P2
+    h = (h ^ (h >> np.uint64(29))) * _P3
+    out[i] = h ^ (h >> np.uint64(32))
+  return out
+
+
 def _key_hashes(keys):
-  """XXH64(key UTF-8, seed 0) of each key, the sample order. Per key by design: it runs only
-  over sample candidates (divergent / one-side / duplicate keys), never over every row."""
-  return np.array([xxhash.xxh64_intdigest(k.encode("utf-8")) for k in keys], dtype=np.uint64)
+  """XXH64(key UTF-8, seed 0) of each key of a string Array, the sample order, in one compiled
+  loop over the Arrow buffers (the fingerprint encoding pads and tags, so it cannot serve)."""
+  keys = keys.cast(pa.large_string())
+  _, offsets, data = keys.buffers()
+  offsets = np.frombuffer(offsets, np.int64, count=len(keys) + 1, offset=8 * keys.offset)
+  data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+  return _xxh64_spans(data, offsets)
 
 
 def _samples(keys, make, cap):
-  """[(hash, key, entry)] of the `cap` keys with the smallest hashes; make(i) -> entry."""
-  keys = keys.to_pylist() if hasattr(keys, "to_pylist") else list(keys)
-  if not keys or cap <= 0:
+  """[(hash, key, entry)] of the `cap` keys (a string Array) with the smallest hashes, ties by
+  key then position; make(i, key) -> entry is called for those only."""
+  if not len(keys) or cap <= 0:
     return []
   h = _key_hashes(keys)
-  order = np.lexsort((np.array(keys, dtype=object).astype(str), h))[:cap]
-  return [(int(h[i]), keys[i], make(int(i))) for i in order]
+  # Every key whose hash is at most the cap-th smallest: cap of them unless hashes tie.
+  rows = np.arange(len(h)) if len(h) <= cap else \
+      np.flatnonzero(h <= np.partition(h, cap - 1)[cap - 1])
+  picked = keys.take(pa.array(rows, pa.int64())).to_pylist()
+  order = sorted(range(len(rows)), key=lambda t: (h[rows[t]], picked[t]))[:cap]
+  return [(int(h[rows[t]]), picked[t], make(int(rows[t]), picked[t])) for t in order]
 
 
 def _jsonable(v):
@@ -161,14 +215,18 @@ def _jsonable(v):
   return v
 
 
-def _dedupe(table):
-  """(rows whose key is unique, the duplicated keys) of one side."""
-  keys = _column(table, "key")
-  vc = pc.value_counts(keys)
-  dup = vc.field("values").filter(pc.greater(vc.field("counts"), 1))
-  if not len(dup):
-    return table, dup
-  return table.filter(pc.invert(pc.is_in(keys, value_set=dup))), dup
+def _duplicated(table):
+  """The keys that occur more than once on one side."""
+  vc = pc.value_counts(_column(table, "key"))
+  return vc.field("values").filter(pc.greater(vc.field("counts"), 1)).cast(pa.large_string())
+
+
+def _without(table, keys):
+  """(the rows whose key is not in `keys`, how many rows were removed)."""
+  if not len(keys):
+    return table, 0
+  out = pc.is_in(_column(table, "key"), value_set=keys)
+  return table.filter(pc.invert(out)), int(pc.sum(out).as_py() or 0)
 
 
 def _as_elements(col):
@@ -236,14 +294,15 @@ def compare_bucket(offline, production, context=Context()):
     for name in table.schema.names:
       if name.startswith("value__"):
         part.histograms[side][name[7:]] = drift.histogram(_column(table, name))
-  off, off_dup = _dedupe(offline)
-  prod, prod_dup = _dedupe(production)
+  # A key duplicated on either side leaves both (its rows counted), so the other side's row
+  # of it is not taken for a one-side-only record.
+  off_dup, prod_dup = _duplicated(offline), _duplicated(production)
+  dups = pa.concat_arrays([off_dup, prod_dup])
   rec = part.records
-  rec["duplicate_keys_offline"], rec["duplicate_keys_production"] = len(off_dup), len(prod_dup)
-  dups = [("offline", k) for k in off_dup.to_pylist()] + \
-         [("production", k) for k in prod_dup.to_pylist()]
+  off, rec["duplicate_keys_offline"] = _without(offline, dups)
+  prod, rec["duplicate_keys_production"] = _without(production, dups)
   part.samples["duplicate_keys"] = _samples(
-      [k for _, k in dups], lambda i: {"side": dups[i][0], "key": dups[i][1]}, context.samples)
+      dups, lambda i, k: {"side": SIDES[int(i >= len(off_dup))], "key": k}, context.samples)
 
   ok, pk = _column(off, "key"), _column(prod, "key")
   pos = pc.index_in(ok, value_set=pk)
@@ -266,7 +325,7 @@ def compare_bucket(offline, production, context=Context()):
   lacking = ~prod_in_off & prod_kept
   rows = np.concatenate([j[from_off], np.flatnonzero(lacking)]).astype(np.int64)
   reasons = pa.concat_arrays([off_stage.filter(pa.array(from_off)),
-                              pa.array(["absent"] * int(lacking.sum()), pa.string())])
+                              pa.repeat(pa.scalar("absent"), int(lacking.sum()))])
   _one_side(part, "production", pk.take(pa.array(rows)), reasons, None, context.samples)
   rec["dropped_both"] = int(np.count_nonzero(~off_kept & ~prod_kept_at)) + \
       int(np.count_nonzero(~prod_in_off & ~prod_kept))
@@ -283,10 +342,8 @@ def _one_side(part, side, keys, reasons, mask, cap):
     return
   vc = pc.value_counts(reasons)
   part.one_side[side] = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
-  reason_list = reasons.to_pylist()
-  key_list = keys.to_pylist()
   part.samples[f"{side}_only"] = _samples(
-      key_list, lambda i: {"key": key_list[i], "reason": reason_list[i]}, cap)
+      keys, lambda i, k: {"key": k, "reason": reasons[i].as_py()}, cap)
 
 
 def _compare_matched(part, o, p, context):
@@ -345,13 +402,13 @@ def _compare_matched(part, o, p, context):
   for stage in RECORD_STAGES + (context.transform_stage,):
     part.first_stage[stage] += int(np.count_nonzero(first == stage))
   rows = np.flatnonzero(any_early | div_transform)
-  keys = _column(o, "key").take(pa.array(rows, pa.int64())).to_pylist()
+  keys = _column(o, "key").take(pa.array(rows, pa.int64()))
 
-  def entry(i):
+  def entry(i, key):
     r = int(rows[i])
     feats = {name: [_jsonable(_value(o, name, r)), _jsonable(_value(p, name, r))]
              for name in names if differs[name][r]}
-    return {"key": keys[i], "first_divergent_stage": first[r], "features": feats}
+    return {"key": key, "first_divergent_stage": first[r], "features": feats}
   part.samples["divergent"] = _samples(keys, entry, context.samples)
 
 

@@ -173,14 +173,20 @@ def test_keys_of_another_string_type_still_join():
   assert p.records["identical"] == 4 and p.records["offline_only"] == 0
 
 
-def test_duplicate_keys_are_reported_and_excluded():
+def test_duplicate_keys_are_excluded_from_both_sides_and_their_rows_counted():
   off = BASE + [row("a", x=5.0)]
   prod = BASE + [row("b"), row("b")]
   p = diff(off, prod)
-  assert p.records["duplicate_keys_offline"] == 1 and p.records["duplicate_keys_production"] == 1
-  # a is excluded offline (so production's a is production-only), b excluded in production.
-  assert p.records["matched_keys"] == 2 and p.records["production_only"] == 1
-  assert p.records["offline_only"] == 1
+  # a is duplicated offline, b in production: both keys leave both sides, so production's
+  # single a and offline's single b are neither one-side-only nor in the divergent fraction.
+  assert nonzero(p.records) == {"matched_keys": 2, "identical": 2,
+                                "duplicate_keys_offline": 3, "duplicate_keys_production": 4}
+  assert p.one_side == {"offline": {}, "production": {}}
+  # Every row is accounted for: 5 offline rows (a, a, b, c, d), 6 production (a, b, b, b, c, d).
+  r = p.records
+  assert r["matched_keys"] + r["offline_only"] + r["duplicate_keys_offline"] == len(off)
+  assert r["matched_keys"] + r["production_only"] + r["duplicate_keys_production"] == len(prod)
+  assert model.divergent_fraction(r) == 0.0
   assert sorted((e[2]["side"], e[2]["key"]) for e in p.samples["duplicate_keys"]) == \
       [("offline", "a"), ("production", "b")]
 
@@ -445,3 +451,25 @@ def test_malformed_metadata_fields_are_one_line_usage_errors(tmp_path, field, ed
   msg = str(e.value)
   assert "\n" not in msg and metadata.RUN_METADATA in msg and field in msg
   assert msg.startswith("--production ")
+
+
+def test_key_hashes_are_the_reference_xxh64_of_every_length_and_slice():
+  rng = np.random.default_rng(7)
+  keys = ["", "a", "é", "日本語キー"] + [
+      bytes(rng.integers(97, 123, n, dtype=np.uint8)).decode() for n in range(1, 80)]
+  for arr in (pa.array(keys), pa.array(["x"] + keys, pa.large_string()).slice(1)):
+    assert compare._key_hashes(arr).tolist() == \
+        [xxhash.xxh64_intdigest(k.encode("utf-8"), seed=0) for k in keys]
+
+
+def test_samples_match_a_full_sort_on_many_candidates_and_ties():
+  keys = [f"key-{i}" for i in range(3000)] + ["key-7", "key-7"]
+  ref = sorted(range(len(keys)),
+               key=lambda i: (xxhash.xxh64_intdigest(keys[i].encode(), seed=0), keys[i], i))
+  got = compare._samples(pa.array(keys), lambda i, k: i, 12)
+  assert [e[2] for e in got] == ref[:12] and [e[1] for e in got] == [keys[i] for i in ref[:12]]
+  cut = [e[2] for e in compare._samples(pa.array(keys), lambda i, k: i, 3)]
+  assert cut == ref[:3]
+  tied = [e[2] for e in compare._samples(pa.array(["b", "a", "b"]), lambda i, k: i, 2)]
+  assert tied == sorted([0, 1, 2], key=lambda i: (xxhash.xxh64_intdigest(
+      ["b", "a", "b"][i].encode()), ["b", "a", "b"][i], i))[:2]
