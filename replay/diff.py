@@ -18,6 +18,7 @@ Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage 
 """
 import importlib.util
 import json
+import logging
 import uuid
 
 import apache_beam as beam
@@ -65,12 +66,21 @@ def _part_paths(task, side):
     yield bucket, path
 
 
+def _first_line(e):
+  return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def _read_parts(paths):
-  """One side's rows of a bucket, its parts read in path order, or None when it has none."""
+  """One side's rows of a bucket, its parts read in path order, or None when it has none.
+  DataError names the file when a part's body is corrupt (only its footer was checked)."""
   tables = []
   for path in sorted(paths):
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-      tables.append(pq.read_table(f))
+    try:
+      with FileSystems.open(path, compression_type="uncompressed") as f:
+        tables.append(pq.read_table(f))
+    except (OSError, pa.ArrowException) as e:
+      raise common.DataError(f"{path} is not a readable Parquet file ({_first_line(e)})") \
+          from None
   if not tables:
     return None
   return tables[0] if len(tables) == 1 else \
@@ -280,6 +290,31 @@ def _summary(report):
       f"{report['max_divergent_fraction']:.6g}) -> exit {report['exit_code']}"])
 
 
+def _run_pipeline(pipeline):
+  """Runs the job; an error inside it (a runner may wrap the DoFn's exception, with the worker's
+  traceback in its message) becomes a one-line DataError, exit 2, not a divergence (exit 1)."""
+  beam_log = logging.getLogger("apache_beam.runners.common")  # logs a DoFn's error, traceback
+  beam_log.addFilter(_not_input_error)
+  try:
+    pipeline.run().wait_until_finish()
+  except common.UsageError as e:  # re-raised by the runner, "[while running ...]" appended
+    raise type(e)(_first_line(e)) from None
+  except Exception as e:  # pylint: disable=broad-except
+    # A runner that reports a worker's traceback as text: the DataError's own line, if any.
+    ours = [line.split("Error: ", 1)[1] for line in str(e).splitlines()
+            if "DataError: " in line or "UsageError: " in line]
+    raise common.DataError(f"diff pipeline failed: {ours[-1] if ours else _first_line(e)}") \
+        from None
+  finally:
+    beam_log.removeFilter(_not_input_error)
+
+
+def _not_input_error(record):
+  """False for the log record of a UsageError raised in a DoFn (reported once, as one line)."""
+  return not (isinstance(record.msg, common.UsageError) or
+              (record.exc_info and isinstance(record.exc_info[1], common.UsageError)))
+
+
 def run(argv=None, save_main_session=True):
   """Runs the diff; returns the exit code (0 / 1). Raises UsageError for bad flags/input."""
   options, opts, out = common.job_options(argv, DiffOptions, save_main_session)
@@ -291,7 +326,7 @@ def run(argv=None, save_main_session=True):
     try:
       FileSystems.mkdirs(temp_dir)
       path = FileSystems.join(temp_dir, REPORT_JSON)
-      build_pipeline(plan, options, path).run().wait_until_finish()
+      _run_pipeline(build_pipeline(plan, options, path))
       with FileSystems.open(path, compression_type="uncompressed") as f:
         report = json.loads(f.read().decode("utf-8"))
     finally:

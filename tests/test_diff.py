@@ -292,6 +292,36 @@ def test_a_corrupt_file_in_a_differing_bucket_is_a_usage_error(logs):
               "--output_dir", str(logs["dir"] / "corrupt_out")])
 
 
+def test_a_file_corrupt_past_its_footer_is_one_line_exit_2(logs):
+  """The footer (checked before the job) is intact; the compressed page of a column in the
+  middle of the file is not (bytes flipped past its page header), as a torn write leaves it."""
+  prod = _copy(logs["production"], logs["dir"] / "corrupt_body")
+  entry = next(b for b in _meta(prod)["log"]["buckets"] if b["bucket"] == DROP_BUCKET)
+  path = os.path.join(prod, entry["path"])
+  group = pq.read_metadata(path).row_group(0)
+  chunk = next(group.column(i) for i in range(group.num_columns)
+               if group.column(i).path_in_schema == "fp_window")
+  start = (chunk.dictionary_page_offset or chunk.data_page_offset) + 20
+  with open(path, "r+b") as f:
+    f.seek(start)
+    flipped = bytes(b ^ 0xFF for b in f.read(64))
+    f.seek(start)
+    f.write(flipped)
+  with pytest.raises(OSError):
+    pq.read_table(path)
+  assert pq.read_metadata(path).num_rows == entry["rows"]
+  out = logs["dir"] / "corrupt_body_out"
+  env = dict(os.environ, PYTHONHASHSEED="0")
+  proc = subprocess.run([sys.executable, "-m", "replay.diff", "--offline", logs["offline"],
+                         "--production", prod, "--output_dir", str(out)], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and os.path.basename(path) in last
+  assert not os.path.exists(out / "report.json")
+
+
 def test_a_missing_file_of_a_differing_bucket_is_a_usage_error(logs):
   prod = _copy(logs["production"], logs["dir"] / "missing")
   meta = _meta(prod)
