@@ -11,6 +11,7 @@ Stages, in order (names as in logs and reports): raw and parse (carried from ing
 (SerializeRecords), transform (TFT). Writes DIR/transform_fn/ (tft.TFTransformOutput),
 DIR/transformed/ (tf.Example TFRecord), DIR/feature_log/*.parquet and DIR/run_metadata.json.
 """
+import concurrent.futures
 import importlib
 import json
 import time
@@ -28,7 +29,7 @@ from transforms import analyze, feature_log, profile as profiles, schema
 from transforms.key_rows import KEY
 from transforms.serialize_records import SerializeRecords
 from transforms.shard_records import ShardRecords
-from transforms.transform_records import TransformRecords, to_tft_batch
+from transforms.transform_records import TransformRecords, passthrough_keys, to_tft_batch
 from transforms.window_records import DROPPED, WindowRecords
 
 __all__ = ["FeaturesOptions", "build_pipeline", "run"]
@@ -50,7 +51,17 @@ class FeaturesOptions(PipelineOptions):
     # --output_dir and --overwrite: common.OutputOptions.
 
 
-def _plan(opts, out_opts):
+def _verified(input_dir, verifying):
+  """Waits for the input verification; UsageError when the dataset does not verify."""
+  problems = verifying.result()  # verify itself raises UsageError for no dataset at all
+  if problems:
+    raise common.UsageError(f"--input_dir {input_dir} does not verify: {problems[0]}")
+
+
+def _plan(opts, out_opts, pool):
+  """The run's plan. The input's verification (it decodes every shard) starts here on `pool`
+  and overlaps building the pipeline; run() waits for it before anything runs or is written.
+  Any problem found with the input while planning reports the verification's finding first."""
   if not opts.input_dir:
     raise common.UsageError("--input_dir is required")
   if not out_opts.output_dir:
@@ -59,6 +70,7 @@ def _plan(opts, out_opts):
     raise common.UsageError("--profile is required")
   if opts.log_buckets < 1:
     raise common.UsageError("--log_buckets must be >= 1")
+  verifying = pool.submit(verify.verify, opts.input_dir)
   text, _ = dataset.read_text(opts.profile, "--profile")
   try:
     prof = profiles.load_profile(text)
@@ -71,10 +83,19 @@ def _plan(opts, out_opts):
   for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
     if not hasattr(module, attr):
       raise common.UsageError(f"--transform_module {opts.transform_module} lacks {attr}")
-  problems = verify.verify(opts.input_dir)
-  if problems:
-    raise common.UsageError(f"--input_dir {opts.input_dir} does not verify: {problems[0]}")
+  try:
+    plan = _dataset_plan(opts, module)
+  except (common.UsageError, KeyError, TypeError, ValueError, OSError):
+    _verified(opts.input_dir, verifying)
+    raise
+  return dict(plan, profile=prof, module=module, output_dir=out_opts.output_dir,
+              log_buckets=opts.log_buckets, verifying=verifying)
+
+
+def _dataset_plan(opts, module):
   manifest = dataset.load_manifest(opts.input_dir)
+  if manifest is None:
+    raise common.UsageError(f"--input_dir {opts.input_dir} holds no manifest.json")
   if "parquet" not in {s["format"] for s in manifest["shards"]}:
     raise common.UsageError("--input_dir must hold Parquet shards (exact float64 values)")
   columns = [(c["name"], c["type"]) for c in manifest["schema"]["columns"]]
@@ -85,37 +106,71 @@ def _plan(opts, out_opts):
     raise common.UsageError(f"the dataset schema lacks column(s) {', '.join(lacking)} that "
                             f"{opts.transform_module} needs")
   aggregates = [a["name"] for a in module.WINDOWED_AGGREGATES]
-  return {"profile": prof, "module": module, "columns": columns, "manifest": manifest,
-          "aggregates": aggregates, "input_dir": opts.input_dir,
-          "output_dir": out_opts.output_dir, "log_buckets": opts.log_buckets}
+  return {"columns": columns, "manifest": manifest, "aggregates": aggregates,
+          "input_dir": opts.input_dir}
+
+
+class _ShardsTFXIO(ParquetTFXIO):
+  """ParquetTFXIO whose BeamSource skips tfx_bsl's telemetry step.
+
+  ParquetTFXIO.BeamSource is ReadFromParquetBatched -> Table.to_batches -> ProfileRecordBatches;
+  the last updates Beam metric distributions row by row in Python for a random tenth of the
+  batches (~1.5 s per 1M rows here), metrics this job does not use. The RecordBatches, schema
+  and TFXIO surface are ParquetTFXIO's own.
+  """
+
+  def BeamSource(self, batch_size=None):  # pylint: disable=invalid-name
+    patterns, columns = self._file_pattern, self._column_names
+
+    def expand(pipeline):
+      reads = [pipeline | f"ReadFromParquetBatched[{i}]" >> beam.io.ReadFromParquetBatched(
+          file_pattern=pattern, columns=columns) for i, pattern in enumerate(patterns)]
+      return (reads | "FlattenPCollsFromPatterns" >> beam.Flatten()
+              | "ToRecordBatch" >> beam.FlatMap(lambda table: table.to_batches(batch_size)))
+
+    return beam.ptransform_fn(expand)()
 
 
 def build_pipeline(plan, options, temp_dir):
-  """The un-run features Pipeline (outputs under temp_dir)."""
+  """The un-run features Pipeline (outputs under temp_dir).
+
+  One fused pass reads the shards and runs window -> shard -> serialize into TFT's analysis; the
+  windowed counts come from a second, column-projected read, so nothing waits for them. TFT
+  carries the stage columns through (passthrough), and the feature log is written from its
+  transform output: only part-file paths are shuffled (transforms/feature_log.py).
+  """
   prof = plan["profile"]
   module = plan["module"]
+  event = module.EVENT_TIME_COLUMN
   value_columns = [n for n, _ in plan["columns"]] + plan["aggregates"]
+  passthrough = feature_log.passthrough_columns(event)
   arrow_types = {n: schema.ARROW_TYPES[t] for n, t in plan["columns"]}
-  tft_schema = to_tft_batch(pa.record_batch(
-      [pa.array([], arrow_types.get(n, pa.int64())) for n in value_columns] +
-      [pa.array([], pa.large_string())], names=value_columns + [KEY]), value_columns).schema
+  empty = {n: pa.array([], arrow_types.get(n, pa.int64())) for n in value_columns}
+  empty[KEY] = pa.array([], pa.large_string())
+  for name, typ in feature_log.passthrough_types(arrow_types[event]).items():
+    empty[passthrough[name]] = pa.array([], typ)
+  tft_schema = to_tft_batch(pa.record_batch(empty), value_columns, passthrough).schema
   p = beam.Pipeline(options=options)
   pattern = FileSystems.join(plan["input_dir"], "parquet", "*.parquet")
-  batches = p | "ReadShards" >> ParquetTFXIO(
+  batches = p | "ReadShards" >> _ShardsTFXIO(
       pattern, telemetry_descriptors=["skewtrace", "features"]).BeamSource()
-  windowed = batches | "Window" >> WindowRecords(module.EVENT_TIME_COLUMN,
-                                                 module.WINDOWED_AGGREGATES, prof)
+  count_columns = sorted({event} | {a["group_by"] for a in module.WINDOWED_AGGREGATES})
+  count_batches = p | "ReadWindowColumns" >> _ShardsTFXIO(
+      pattern, column_names=count_columns,
+      telemetry_descriptors=["skewtrace", "features"]).BeamSource()
+  windowed = (batches, count_batches) | "Window" >> WindowRecords(
+      event, module.WINDOWED_AGGREGATES, prof)
   staged = (windowed["kept"]
             | "Shard" >> ShardRecords(prof)
             | "Serialize" >> SerializeRecords(value_columns, prof))
-  with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"), passthrough_keys={KEY}):
+  with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"),
+                        passthrough_keys=passthrough_keys(passthrough)):
     transformed, transform_fn = staged | "Transform" >> TransformRecords(
-        module.preprocessing_fn, value_columns, tft_schema)
+        module.preprocessing_fn, value_columns, tft_schema, passthrough)
     _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         FileSystems.join(temp_dir, "transform_fn"))
-  _ = ((staged, windowed[DROPPED], transformed)
-       | "FeatureLog" >> feature_log.WriteFeatureLog(temp_dir, plan["log_buckets"],
-                                                     module.EVENT_TIME_COLUMN)
+  _ = ((transformed, windowed[DROPPED])
+       | "FeatureLog" >> feature_log.WriteFeatureLog(temp_dir, plan["log_buckets"], event)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p
@@ -168,11 +223,17 @@ def run(argv=None, save_main_session=True):
   """Runs the features job; returns the exit code. Raises UsageError for bad flags/input."""
   started = time.monotonic()
   options, opts, out = common.job_options(argv, FeaturesOptions, save_main_session)
-  plan = _plan(opts, out)
-  _check_output_dir(plan["output_dir"], out.overwrite)
-  temp_dir = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
+  pool = concurrent.futures.ThreadPoolExecutor(1)
   try:
-    build_pipeline(plan, options, temp_dir).run().wait_until_finish()
+    plan = _plan(opts, out, pool)
+    temp_dir = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
+    pipeline = build_pipeline(plan, options, temp_dir)  # writes nothing
+    _verified(plan["input_dir"], plan["verifying"])
+    _check_output_dir(plan["output_dir"], out.overwrite)
+  finally:
+    pool.shutdown(wait=False, cancel_futures=True)
+  try:
+    pipeline.run().wait_until_finish()
     metadata = _publish(plan, temp_dir, options)
   finally:
     dataset.remove_tree(temp_dir)

@@ -163,3 +163,130 @@ def test_log_rows_and_run_metadata_match_their_json_schemas(taxi_features):
     row_schema = json.load(f)
   for row in _log(root).slice(0, 200).to_pylist():
     jsonschema.validate(row, row_schema)
+
+
+def _transformed_batch(n, seed, multi_value_rows=()):
+  """A TFT output batch as WriteFeatureLog receives it: feature list columns + stage columns."""
+  from transforms import feature_log as fl
+  rng = np.random.default_rng(seed)
+  lengths = np.ones(n, dtype=np.int32)
+  lengths[list(multi_value_rows)] = 2
+  offsets = np.zeros(n + 1, dtype=np.int32)
+  np.cumsum(lengths, out=offsets[1:])
+  cols = {
+      "f_z": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
+                                      pa.array(rng.normal(size=n).astype(np.float32))),
+      "g_id": pa.ListArray.from_arrays(pa.array(offsets),
+                                       pa.array(rng.integers(0, 9, offsets[-1]))),
+      "__key__": pa.array([f"k{seed}-{i}" for i in range(n)], pa.large_string()),
+  }
+  for name, typ in fl.passthrough_types(pa.int64()).items():
+    values = rng.integers(0, 2**62, n)
+    cols[name] = pa.array(values.astype(np.uint64) if typ == pa.uint64() else values, typ)
+  return pa.record_batch(cols)
+
+
+def _dropped_batch(n, seed):
+  rng = np.random.default_rng(seed)
+  return pa.record_batch({
+      "__key__": pa.array([f"d{seed}-{i}" for i in range(n)], pa.large_string()),
+      "trip_start_timestamp": pa.array(rng.integers(0, 10**9, n)),
+      "__drop_reason__": pa.array(["late"] * n),
+      "__raw_fp__": pa.array(rng.integers(0, 2**62, n)),
+      "__parse_fp__": pa.array(rng.integers(0, 2**62, n))})
+
+
+def _write_log(tmp, batches, dropped, num_buckets=4):
+  """Runs the log's part writers over the given bundling, then merges: {file: bytes}, infos."""
+  from transforms import feature_log as fl
+  parts = {}
+  for kind, items in ((False, batches), (True, dropped)):
+    fn = fl._WritePartsFn(str(tmp), num_buckets, "trip_start_timestamp", kind)
+    for b in items:
+      for bucket, path in fn.process(b):
+        parts.setdefault(bucket, []).append(path)
+  infos = [fl.merge_bucket(str(tmp), num_buckets, b, paths) for b, paths in sorted(parts.items())]
+  files = {os.path.relpath(p, tmp): open(p, "rb").read() for p in sorted(
+      glob.glob(os.path.join(str(tmp), "feature_log", "*")) +
+      glob.glob(os.path.join(str(tmp), "transformed", "*")))}
+  return files, infos
+
+
+def test_feature_log_bytes_do_not_depend_on_bundling(tmp_path):
+  # The same records split into parts differently (and in another order) must give the same
+  # files: the merge sorts, and a feature is a scalar column iff all of a bucket's rows hold
+  # one value, whichever part they came in.
+  kept = pa.Table.from_batches([_transformed_batch(300, 1)]).to_batches()[0]
+  dropped = _dropped_batch(40, 2)
+  one, info_one = _write_log(tmp_path / "one", [kept], [dropped])
+  split, info_split = _write_log(tmp_path / "split", [kept.slice(200), kept.slice(0, 70),
+                                                      kept.slice(70, 130)],
+                                 [dropped.slice(25), dropped.slice(0, 25)])
+  assert len(one) == 8 and one == split and info_one == info_split
+  log = pa.concat_tables([pq.read_table(tmp_path / "one" / p) for p in sorted(one)
+                          if p.endswith(".parquet")])
+  assert log.num_rows == 340 and log.column("dropped_stage").null_count == 300
+  assert pa.types.is_floating(log.schema.field("value__f_z").type)  # one value: a scalar
+  assert pa.types.is_integer(log.schema.field("value__g_id").type)
+  for b in pq.ParquetFile(tmp_path / "one" / sorted(one)[0]).iter_batches():
+    keys = b.column("key").to_pylist()
+    assert keys == sorted(keys)
+  from transforms import fingerprint
+  row = [r for r in log.to_pylist() if r["key"] == "k1-7"][0]
+  assert row["fp__f_z"] == fingerprint.fingerprint_record({"f_z": row["value__f_z"]})
+  assert row["fp_transform"] == fingerprint.fingerprint_record(
+      {"f_z": row["value__f_z"], "g_id": row["value__g_id"]})
+
+
+def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
+  from transforms import feature_log as fl
+  kept = _transformed_batch(200, 3, multi_value_rows=[150])
+  fn = fl._WritePartsFn(str(tmp_path), 1, "trip_start_timestamp", False)
+  parts = [fl._read_part(path) for b in (kept.slice(0, 100), kept.slice(100))
+           for _, path in fn.process(b)]
+  # the first part is one-valued (stored flat), the second is not: the bucket keeps lists
+  assert pa.types.is_integer(parts[0].schema.field("value__g_id").type)
+  column = fl._feature_column(parts, "value__g_id")
+  assert column.type == kept.column("g_id").type
+  assert column.to_pylist() == kept.column("g_id").to_pylist()
+  assert fl._feature_column(parts, "value__f_z").to_pylist() == \
+      kept.column("f_z").flatten().to_pylist()
+  # transformed/ holds one-value features only, as before, whichever part has the lists
+  with pytest.raises(ValueError, match="several values per record"):
+    fl.merge_bucket(str(tmp_path), 1, 0, [p for _, p in fn.process(kept)])
+
+
+def test_serialize_runs_ahead_but_keeps_order_windows_and_timestamps():
+  from apache_beam.transforms.window import IntervalWindow
+  from transforms import serialize_records as sr
+  from tests.test_window_records import BASE
+  fn = sr._SerializeFn(["x"], BASE)
+  fn.setup()
+  fn.start_bundle()
+  batches = [pa.record_batch({"x": pa.array(np.arange(i, i + 5) / 3.0)}) for i in range(4)]
+  out = []
+  for i, b in enumerate(batches):
+    out += list(fn.process(b, timestamp=i, window=IntervalWindow(i, i + 1)))
+  assert len(out) == 3  # one batch is still in flight
+  out += list(fn.finish_bundle())
+  fn.teardown()
+  assert [v.timestamp.micros for v in out] == [i * 10**6 for i in range(4)]
+  assert [v.windows[0].start.micros for v in out] == [i * 10**6 for i in range(4)]
+  for b, v in zip(batches, out):
+    assert v.value.column("x").to_pylist() == [float(np.float32(x)) for x in
+                                               b.column("x").to_pylist()]
+
+
+def test_tft_batches_carry_the_passthrough_columns_back():
+  from transforms import transform_records as tr
+  b = pa.record_batch({"__key__": pa.array(["a", "b"], pa.large_string()),
+                       "x": pa.array([1.5, None]), "t": pa.array([7, 8]),
+                       "w": pa.array([1, 2], pa.uint64())})
+  tft = tr.to_tft_batch(b, ["x", "t"], {"__t__": "t", "w": "w"})
+  assert tft.schema.names == ["x", "t", "__key__", tr.PASSTHROUGH]
+  assert tr.passthrough_keys({"__t__": "t"}) == {"__key__", tr.PASSTHROUGH}
+  back = tr._from_tft((tft.select(["x", "__key__", tr.PASSTHROUGH]), {}))
+  assert back.column("__key__").to_pylist() == ["a", "b"]
+  assert back.column("__t__").to_pylist() == [7, 8]
+  assert back.column("w").type == pa.uint64() and back.column("w").to_pylist() == [1, 2]
+  assert back.column("x").to_pylist() == [[1.5], None]

@@ -94,3 +94,37 @@ def test_composite_counts_across_batches_and_fingerprints_the_stage():
     dropped = out[wr.DROPPED] | "DroppedKeys" >> beam.FlatMap(
         lambda b: b.column("__key__").to_pylist())
     assert_that(dropped, equal_to(["d"]), label="CheckDropped")
+
+
+@pytest.mark.parametrize("lateness", [None, 3600])
+def test_counts_from_a_projected_second_input_equal_counts_from_the_batches(lateness):
+  # pipelines.features feeds the counts (and the watermark) from a column-projected second
+  # read, so the full batches are not held back for the join; the output must not change.
+  p_ = dataclasses.replace(BASE, allowed_lateness=lateness)
+  aggregates = [{"name": "n", "group_by": "area", "fn": "count"}]
+  whole = batch()
+  parts = [whole.slice(0, 2), whole.slice(2)]
+
+  def rows(b):
+    return [(r["__key__"], r["n"], r[wr.WINDOW_FP]) for r in b.to_pylist()]
+
+  for name in ("single", "pair"):
+    with test_pipeline.TestPipeline() as p:
+      batches = p | "Batches" >> beam.Create(parts)
+      if name == "pair":
+        projected = p | "Projected" >> beam.Create([b.select(["t", "area"]) for b in parts[::-1]])
+        out = (batches, projected) | wr.WindowRecords("t", aggregates, p_)
+      else:
+        out = batches | wr.WindowRecords("t", aggregates, p_)
+      kept = out["kept"] | beam.FlatMap(rows)
+      dropped = out[wr.DROPPED] | "DroppedKeys" >> beam.FlatMap(
+          lambda b: b.column("__key__").to_pylist())
+      expected_kept = [("a", 2), ("b", 2), ("c", 1), ("e", 1)] if lateness is None \
+          else [("c", 1), ("e", 1)]
+      expected_fp = [(k, n, fingerprint.fingerprint_record(
+          {wr.WINDOW_START: s, wr.WINDOW_END: s + 3600, "n": n}))
+          for k, n, s in [("a", 2, 0), ("b", 2, 0), ("c", 1, 3600), ("e", 1, 7200)]
+          if (k, n) in expected_kept]
+      assert_that(kept, equal_to(expected_fp))
+      assert_that(dropped, equal_to(["d"] if lateness is None else ["a", "b", "d"]),
+                  label="CheckDropped")

@@ -7,10 +7,20 @@ feature_log/bucket-BBBBB-of-NNNNN.parquet, sorted by key. Columns (manifests/fea
   fp_raw, fp_parse, fp_window, fp_shard, fp_serialize, fp_transform   (uint64, null when the
   record did not reach the stage), then per transformed feature F: fp__F (uint64) and value__F
   (a scalar for one-value features, as tft.TFTransformOutput gives them; else the list).
-Each bucket also yields its digests per stage (transforms/fingerprint.combine_digest of the
+The bucket's transformed records also go to transformed/bucket-BBBBB-of-NNNNN.tfrecord (sorted
+by key). Each bucket yields its digests per stage (transforms/fingerprint.combine_digest of the
 stage fingerprints present), which the run metadata carries so a diff can skip equal buckets.
+
+How it is written (the shape of Beam's WriteFiles): the transform output carries the stage
+columns (TFT passthrough), so each bundle splits its batches by bucket and writes them as
+Arrow IPC part files under a temp folder, right where they are produced; only (bucket, part
+path) pairs cross the shuffle. One merge per bucket then reads its parts, sorts them by key
+(ties by the stage fingerprints: the result does not depend on bundling), fingerprints the
+transformed values and writes the final files. Merges run on a small thread pool (Arrow,
+Parquet and the numba kernels release the GIL), emitted in finish_bundle.
 """
-import io
+import concurrent.futures
+import uuid
 
 import apache_beam as beam
 import numpy as np
@@ -18,17 +28,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms import fingerprint, tfrecord
 from transforms.key_rows import FP, KEY, RAW_FP
+from transforms.serialize_records import SERIALIZE_FP
+from transforms.shard_records import SHARD_FP, SHARD_ID
+from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
 
-__all__ = ["WriteFeatureLog", "STAGES", "LOG_SEED", "bucket_of", "bucket_path"]
+__all__ = ["WriteFeatureLog", "STAGES", "LOG_SEED", "bucket_of", "bucket_path",
+           "passthrough_columns", "passthrough_types"]
 
 STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
 LOG_SEED = 0x5EED
 # Stage fingerprint columns in the stage batches (in-pipeline names) -> log column names.
-STAGE_COLUMNS = {"raw": RAW_FP, "parse": FP, "window": "__window_fp__", "shard": "__shard_fp__",
-                 "serialize": "__serialize_fp__"}
+STAGE_COLUMNS = {"raw": RAW_FP, "parse": FP, "window": WINDOW_FP, "shard": SHARD_FP,
+                 "serialize": SERIALIZE_FP}
+_HEAD = ["key", "event_time", "window_start", "window_end", "shard_id", "dropped_stage",
+         "drop_reason"] + [f"fp_{s}" for s in STAGE_COLUMNS]
+_PARTS = "feature_log_parts"
+EVENT_TIME = "__event_time__"  # the event time, passed through TFT
+_ONE_VALUE = b"skewtrace.one_value"  # field metadata of a part column stored flat
+_KIND = b"skewtrace.part"  # schema metadata of a part: b"kept" or b"dropped"
+_THREADS = 2
 
 
 def bucket_of(keys, num_buckets):
@@ -41,13 +63,18 @@ def bucket_path(bucket, num_buckets):
   return f"feature_log/bucket-{bucket:05d}-of-{num_buckets:05d}.parquet"
 
 
-def _split(batch, num_buckets, columns=None):
-  """(bucket, the bucket's rows) for each bucket in the batch; only `columns` are kept."""
-  if columns is not None:
-    batch = batch.select(columns)
-  buckets = bucket_of(batch.column(KEY), num_buckets)
-  for b in np.unique(buckets):
-    yield int(b), batch.filter(pa.array(buckets == b))
+def passthrough_columns(event_column):
+  """{column: source column} the transform output must carry (besides __key__) for the log:
+  the stage columns, and the event time under its own name (it is also a TFT feature)."""
+  return {EVENT_TIME: event_column, **{c: c for c in [WINDOW_START, WINDOW_END, SHARD_ID] +
+                                       list(STAGE_COLUMNS.values())}}
+
+
+def passthrough_types(event_type):
+  """The Arrow types of passthrough_columns, as the stages produce them."""
+  return {EVENT_TIME: event_type, WINDOW_START: pa.int64(), WINDOW_END: pa.int64(),
+          SHARD_ID: pa.int64(), RAW_FP: pa.int64(), FP: pa.int64(), WINDOW_FP: pa.uint64(),
+          SHARD_FP: pa.uint64(), SERIALIZE_FP: pa.uint64()}
 
 
 def _as_uint64(column):
@@ -58,133 +85,224 @@ def _as_uint64(column):
   return arr.cast(pa.uint64())
 
 
-class _WriteBucketFn(beam.DoFn):
-
-  def __init__(self, temp_dir, num_buckets, event_column):
-    self._temp_dir = temp_dir
-    self._num_buckets = num_buckets
-    self._event_column = event_column
-
-  def _stage_table(self, batches, dropped):
-    parts = []
-    for b in batches:
-      t = pa.table({
-          "key": b.column(KEY).cast(pa.string()),
-          "event_time": b.column(self._event_column).cast(pa.int64()),
-          "window_start": b.column("__window_start__"), "window_end": b.column("__window_end__"),
-          "shard_id": b.column("__shard_id__"),
-          "dropped_stage": pa.nulls(b.num_rows, pa.string()),
-          "drop_reason": pa.nulls(b.num_rows, pa.string()),
-          **{f"fp_{s}": _as_uint64(b.column(c)) for s, c in STAGE_COLUMNS.items()}})
-      parts.append(t)
-    for b in dropped:
-      n = b.num_rows
-      t = pa.table({
-          "key": b.column(KEY).cast(pa.string()),
-          "event_time": b.column(self._event_column).cast(pa.int64()),
-          "window_start": pa.nulls(n, pa.int64()), "window_end": pa.nulls(n, pa.int64()),
-          "shard_id": pa.nulls(n, pa.int64()),
-          "dropped_stage": pa.array(["window"] * n, pa.string()),
-          "drop_reason": b.column("__drop_reason__").cast(pa.string()),
-          **{f"fp_{s}": (_as_uint64(b.column(c)) if s in ("raw", "parse")
-                         else pa.nulls(n, pa.uint64())) for s, c in STAGE_COLUMNS.items()}})
-      parts.append(t)
-    return pa.concat_tables(parts) if parts else None
-
-  def process(self, element):
-    bucket, grouped = element
-    stages = self._stage_table(grouped["stages"], grouped["dropped"])
-    if stages is None:
-      return
-    transformed = list(grouped["transformed"])
-    if transformed:
-      tt = pa.Table.from_batches(transformed).combine_chunks()
-      tt = tt.take(pc.sort_indices(tt, [(KEY, "ascending")]))
-      names = sorted(n for n in tt.schema.names if n != KEY)
-      values = pa.table([_scalar_if_one_value(tt.column(n)) for n in names], names=names)
-      self._write_transformed(bucket, tt.column(KEY), values)
-      fps = {name: fingerprint.fingerprint_batch(values, [name]) for name in names}
-      whole = fingerprint.fingerprint_batch(values)
-      cols = {"key": tt.column(KEY).cast(pa.string()), "fp_transform": pa.array(whole)}
-      for name in names:
-        cols[f"fp__{name}"] = pa.array(fps[name])
-        cols[f"value__{name}"] = values.column(name)
-      right = pa.table(cols)
-      # Align by key (vectorised): stage rows without a transformed row get nulls.
-      idx = pc.index_in(stages.column("key"), value_set=right.column("key"))
-      log = stages
-      for name in right.schema.names[1:]:
-        log = log.append_column(name, right.column(name).take(idx))
-    else:
-      log = stages.append_column("fp_transform", pa.nulls(stages.num_rows, pa.uint64()))
-    log = log.take(pc.sort_indices(log, [("key", "ascending")]))
-    order = ["key", "event_time", "window_start", "window_end", "shard_id", "dropped_stage",
-             "drop_reason"] + [f"fp_{s}" for s in STAGES if s != "analyze"]
-    order += [c for c in log.schema.names if c not in order]
-    log = log.select(order)
-    sink = io.BytesIO()
-    pq.write_table(log, sink)
-    path = bucket_path(bucket, self._num_buckets)
-    with FileSystems.create(FileSystems.join(self._temp_dir, path)) as f:
-      f.write(sink.getvalue())
-    digests = {}
-    for stage in STAGES:
-      if stage == "analyze":
-        continue
-      col = log.column(f"fp_{stage}").drop_null().to_numpy()
-      digests[stage] = fingerprint.digest_hex(fingerprint.combine_digest(col))
-    yield {"bucket": bucket, "path": path, "rows": log.num_rows,
-           "dropped": log.num_rows - log.column("dropped_stage").null_count,
-           "digests": digests}
-
-  def _write_transformed(self, bucket, keys, values):
-    """The bucket's transformed records as tf.Examples."""
-    for name in values.schema.names:
-      if not _is_flat(values.column(name).type):
-        raise ValueError(f"transformed feature {name!r} has several values per record; "
-                         "only one-value features are written to transformed/")
-    table = pa.table([keys.cast(pa.string())] + list(values.columns),
-                     names=[KEY] + values.schema.names)
-    path = f"transformed/bucket-{bucket:05d}-of-{self._num_buckets:05d}.tfrecord"
-    with FileSystems.create(FileSystems.join(self._temp_dir, path)) as f:
-      f.write(memoryview(tfrecord.encode_tfrecord(table)))
-
-
 def _is_flat(typ):
   return not (pa.types.is_list(typ) or pa.types.is_large_list(typ))
 
 
-def _scalar_if_one_value(column):
-  """TFT emits a one-value feature (FixedLenFeature []) as one-element lists; production's
-  tft.TFTransformOutput gives it as a scalar. Both are logged as the scalar."""
-  arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-  if _is_flat(arr.type):
-    return arr
+def _one_value(arr):
+  """A list column with exactly one value in every row -> those values; else None."""
+  if _is_flat(arr.type) or arr.null_count:
+    return None
   lengths = pc.list_value_length(arr)
-  if arr.null_count or pc.min(lengths).as_py() != 1 or pc.max(lengths).as_py() != 1:
-    return arr
+  if len(arr) and (pc.min(lengths).as_py() != 1 or pc.max(lengths).as_py() != 1):
+    return None
   return arr.flatten()
 
 
+def _head(batch, event_column, dropped):
+  """The log's stage columns of a batch of dropped records or of transformed ones (their
+  event time passed through as EVENT_TIME)."""
+  n = batch.num_rows
+  cols = {"key": batch.column(KEY).cast(pa.string()),
+          "event_time": batch.column(event_column if dropped else EVENT_TIME).cast(pa.int64())}
+  if dropped:
+    cols.update({"window_start": pa.nulls(n, pa.int64()), "window_end": pa.nulls(n, pa.int64()),
+                 "shard_id": pa.nulls(n, pa.int64()),
+                 "dropped_stage": pa.array(["window"] * n, pa.string()),
+                 "drop_reason": batch.column(DROP_REASON).cast(pa.string())})
+  else:
+    cols.update({"window_start": batch.column(WINDOW_START),
+                 "window_end": batch.column(WINDOW_END), "shard_id": batch.column(SHARD_ID),
+                 "dropped_stage": pa.nulls(n, pa.string()),
+                 "drop_reason": pa.nulls(n, pa.string())})
+  for s, c in STAGE_COLUMNS.items():
+    cols[f"fp_{s}"] = (pa.nulls(n, pa.uint64()) if dropped and s not in ("raw", "parse")
+                       else _as_uint64(batch.column(c)))
+  return cols
+
+
+class _WritePartsFn(beam.DoFn):
+  """A batch -> one Arrow IPC part file per bucket it touches; yields (bucket, part path).
+
+  Transformed features whose every row holds one value are stored flat (marked in the field
+  metadata): smaller parts, and the merge knows the whole bucket is one-valued when every
+  part says so.
+  """
+
+  def __init__(self, temp_dir, num_buckets, event_column, dropped):
+    self._dir = FileSystems.join(temp_dir, _PARTS)
+    self._num_buckets = num_buckets
+    self._event_column = event_column
+    self._dropped = dropped
+
+  def process(self, batch):
+    if not batch.num_rows:
+      return
+    cols = _head(batch, self._event_column, self._dropped)
+    fields = [pa.field(name, arr.type) for name, arr in cols.items()]
+    arrays = list(cols.values())
+    if not self._dropped:
+      skip = {KEY} | set(passthrough_columns(self._event_column))
+      for name in sorted(n for n in batch.schema.names if n not in skip):
+        arr = batch.column(name)
+        flat = _one_value(arr)
+        fields.append(pa.field(f"value__{name}", arr.type if flat is None else flat.type,
+                               metadata=None if flat is None else {_ONE_VALUE: b"1"}))
+        arrays.append(arr if flat is None else flat)
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(
+        fields, metadata={_KIND: b"dropped" if self._dropped else b"kept"}))
+    buckets = bucket_of(cols["key"], self._num_buckets)
+    order = np.argsort(buckets, kind="stable")
+    table = table.take(pa.array(order))
+    bounds = np.searchsorted(buckets[order], np.arange(self._num_buckets + 1))
+    for b in range(self._num_buckets):
+      lo, hi = int(bounds[b]), int(bounds[b + 1])
+      if hi > lo:
+        path = FileSystems.join(self._dir, f"{uuid.uuid4().hex}-{b:05d}.arrow")
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+          w.write_table(table.slice(lo, hi - lo))
+        with FileSystems.create(path) as f:
+          f.write(memoryview(sink.getvalue()))
+        yield b, path
+
+
+def _read_part(path):
+  with FileSystems.open(path, compression_type="uncompressed") as f:
+    return pa.ipc.open_stream(pa.py_buffer(f.read())).read_all()
+
+
+def _feature_column(parts, name):
+  """The bucket's column value__F, from its kept parts: flat when every part is one-valued
+  (what tft.TFTransformOutput gives for a one-value feature), else the lists."""
+  fields = [t.schema.field(name) for t in parts]
+  if all(f.metadata and f.metadata.get(_ONE_VALUE) for f in fields):
+    return pa.chunked_array([c for t in parts for c in t.column(name).chunks],
+                            fields[0].type).combine_chunks()
+  list_type = next(f.type for f in fields if not (f.metadata and f.metadata.get(_ONE_VALUE)))
+  chunks = []
+  for t, f in zip(parts, fields):
+    arr = t.column(name).combine_chunks()
+    if f.metadata and f.metadata.get(_ONE_VALUE):
+      offsets = np.arange(len(arr) + 1, dtype=np.int64 if pa.types.is_large_list(list_type)
+                          else np.int32)
+      arr = type(pa.array([], list_type)).from_arrays(pa.array(offsets), arr)
+    chunks.append(arr)
+  return pa.chunked_array(chunks, list_type).combine_chunks()
+
+
+def _sorted(table):
+  """By key; ties (duplicate keys) by the stage fingerprints, so bundling never shows."""
+  keys = [("key", "ascending")] + [(f"fp_{s}", "ascending") for s in STAGES if s != "analyze"]
+  return table.take(pc.sort_indices(table, keys))
+
+
+def _kept_log(parts):
+  """The log rows of a bucket's transformed records: stage columns, fp_transform, fp__F and
+  value__F per feature F (sorted by name)."""
+  head = pa.concat_tables([t.select(_HEAD) for t in parts])
+  names = sorted(n[len("value__"):] for n in parts[0].schema.names if n.startswith("value__"))
+  values = pa.table([_feature_column(parts, "value__" + n) for n in names], names=names)
+  cols = {c: head.column(c) for c in _HEAD}
+  cols["fp_transform"] = pa.array(fingerprint.fingerprint_batch(values))
+  for n in names:
+    cols[f"fp__{n}"] = pa.array(fingerprint.fingerprint_batch(values, [n]))
+    cols[f"value__{n}"] = values.column(n)
+  return pa.table(cols), names
+
+
+def merge_bucket(temp_dir, num_buckets, bucket, paths):
+  """Reads a bucket's parts, writes its log and transformed files; returns its info dict.
+
+  A bucket holding dropped records only has no fp__F / value__F columns (nothing of its
+  records reached the transform stage)."""
+  parts = [_read_part(p) for p in sorted(paths)]
+  kept = [t for t in parts if t.schema.metadata.get(_KIND) == b"kept"]
+  dropped = [t for t in parts if t.schema.metadata.get(_KIND) == b"dropped"]
+  logs, names = [], None
+  if kept:
+    log, names = _kept_log(kept)
+    logs.append(log)
+  if dropped:
+    head = pa.concat_tables([t.select(_HEAD) for t in dropped])
+    logs.append(head.append_column("fp_transform", pa.nulls(head.num_rows, pa.uint64())))
+  log = _sorted(pa.concat_tables(logs, promote_options="default")).combine_chunks() \
+      .replace_schema_metadata(None)
+  if names is not None:
+    _write_transformed(temp_dir, num_buckets, bucket, log, names)
+  sink = pa.BufferOutputStream()
+  pq.write_table(log, sink)
+  path = bucket_path(bucket, num_buckets)
+  with FileSystems.create(FileSystems.join(temp_dir, path)) as f:
+    f.write(memoryview(sink.getvalue()))
+  digests = {}
+  for stage in STAGES:
+    if stage == "analyze":
+      continue
+    col = log.column(f"fp_{stage}").drop_null().to_numpy()
+    digests[stage] = fingerprint.digest_hex(fingerprint.combine_digest(col))
+  return {"bucket": bucket, "path": path, "rows": log.num_rows,
+          "dropped": log.num_rows - log.column("dropped_stage").null_count, "digests": digests}
+
+
+def _write_transformed(temp_dir, num_buckets, bucket, log, names):
+  """The bucket's transformed records (its kept rows, by key) as tf.Examples."""
+  kept = log.filter(log.column("dropped_stage").is_null())
+  for name in names:
+    if not _is_flat(kept.column(f"value__{name}").type):
+      raise ValueError(f"transformed feature {name!r} has several values per record; "
+                       "only one-value features are written to transformed/")
+  table = pa.table([kept.column("key")] + [kept.column(f"value__{n}") for n in names],
+                   names=[KEY] + names)
+  path = f"transformed/bucket-{bucket:05d}-of-{num_buckets:05d}.tfrecord"
+  with FileSystems.create(FileSystems.join(temp_dir, path)) as f:
+    f.write(memoryview(tfrecord.encode_tfrecord(table.combine_chunks())))
+
+
+class _MergeBucketsFn(beam.DoFn):
+  """(bucket, part paths) -> the bucket's info dict; buckets merge on a small thread pool."""
+
+  def __init__(self, temp_dir, num_buckets):
+    self._temp_dir = temp_dir
+    self._num_buckets = num_buckets
+
+  def setup(self):
+    self._pool = concurrent.futures.ThreadPoolExecutor(_THREADS)
+
+  def start_bundle(self):
+    self._pending = []
+
+  def process(self, element):
+    bucket, paths = element
+    self._pending.append(self._pool.submit(merge_bucket, self._temp_dir, self._num_buckets,
+                                           bucket, list(paths)))
+
+  def finish_bundle(self):
+    pending, self._pending = self._pending, []
+    for future in pending:
+      yield GlobalWindows.windowed_value(future.result())
+
+  def teardown(self):
+    self._pool.shutdown()
+
+
 class WriteFeatureLog(beam.PTransform):
-  """(stage batches, dropped batches, transformed batches) -> one info dict per bucket written."""
+  """(transformed batches with the stage columns passed through, dropped batches) -> one info
+  dict per bucket written."""
 
   def __init__(self, temp_dir, num_buckets, event_column):
     super().__init__()
-    self._args = (temp_dir, num_buckets, event_column)
+    self._temp_dir = temp_dir
     self._num_buckets = num_buckets
+    self._event_column = event_column
 
   def expand(self, pcolls):
-    stages, dropped, transformed = pcolls
-    n = self._num_buckets
-    event = self._args[2]
-    stage_columns = [KEY, event, "__window_start__", "__window_end__", "__shard_id__"] + \
-        list(STAGE_COLUMNS.values())
-    dropped_columns = [KEY, event, "__drop_reason__", RAW_FP, FP]
-    keyed = {
-        "stages": stages | "BucketStages" >> beam.FlatMap(_split, n, stage_columns),
-        "dropped": dropped | "BucketDropped" >> beam.FlatMap(_split, n, dropped_columns),
-        "transformed": transformed | "BucketTransformed" >> beam.FlatMap(_split, n),
-    }
-    return (keyed | "GroupByBucket" >> beam.CoGroupByKey()
-            | "WriteBucket" >> beam.ParDo(_WriteBucketFn(*self._args)))
+    transformed, dropped = pcolls
+    args = (self._temp_dir, self._num_buckets, self._event_column)
+    parts = (
+        transformed | "WriteTransformedParts" >> beam.ParDo(_WritePartsFn(*args, False)),
+        dropped | "WriteDroppedParts" >> beam.ParDo(_WritePartsFn(*args, True)),
+    ) | "AllParts" >> beam.Flatten()
+    return (parts
+            | "GroupByBucket" >> beam.GroupByKey()
+            | "MergeBuckets" >> beam.ParDo(_MergeBucketsFn(self._temp_dir, self._num_buckets)))

@@ -5,16 +5,19 @@ back, so float columns come back as float32 values; format parquet: a Parquet ro
 float columns stored as the profile's float_dtype. The stage's fingerprint covers the decoded
 values, so a float32 cast on one side shows up here and nowhere earlier.
 """
+import collections
+import concurrent.futures
 import io
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import fingerprint, tfrecord
 
-__all__ = ["SerializeRecords", "round_trip", "SERIALIZE_FP"]
+__all__ = ["SerializeRecords", "round_trip", "serialize_batch", "SERIALIZE_FP"]
 
 SERIALIZE_FP = "__serialize_fp__"
 
@@ -33,21 +36,51 @@ def round_trip(table, profile):
   return pa.table([back.column(n).cast(t) for n, t in columns], names=[n for n, _ in columns])
 
 
+def serialize_batch(batch, value_columns, profile):
+  """batch with `value_columns` replaced by their round-tripped values + SERIALIZE_FP."""
+  values = pa.Table.from_batches([batch]).select(value_columns)
+  decoded = round_trip(values, profile)
+  fp = fingerprint.fingerprint_batch(decoded)
+  out = batch
+  for name in value_columns:  # downstream stages see the decoded values
+    idx = out.schema.get_field_index(name)
+    out = out.set_column(idx, name, decoded.column(name).combine_chunks())
+  return out.append_column(SERIALIZE_FP, pa.array(np.asarray(fp, dtype=np.uint64)))
+
+
 class _SerializeFn(beam.DoFn):
+  """Round trips run one batch ahead on a worker thread (the codec and fingerprint kernels
+  release the GIL), so a batch's round trip overlaps the stages after it (TFT's analysis) on
+  the previous one. Outputs keep the input order, with each input's window and timestamp."""
+
+  _AHEAD = 1
 
   def __init__(self, value_columns, profile):
     self._value_columns = list(value_columns)
     self._profile = profile
 
-  def process(self, batch):
-    values = pa.Table.from_batches([batch]).select(self._value_columns)
-    decoded = round_trip(values, self._profile)
-    fp = fingerprint.fingerprint_batch(decoded)
-    out = batch
-    for name in self._value_columns:  # downstream stages see the decoded values
-      idx = out.schema.get_field_index(name)
-      out = out.set_column(idx, name, decoded.column(name).combine_chunks())
-    yield out.append_column(SERIALIZE_FP, pa.array(np.asarray(fp, dtype=np.uint64)))
+  def setup(self):
+    self._pool = concurrent.futures.ThreadPoolExecutor(1)
+
+  def start_bundle(self):
+    self._pending = collections.deque()
+
+  def process(self, batch, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+    future = self._pool.submit(serialize_batch, batch, self._value_columns, self._profile)
+    self._pending.append((future, timestamp, window))
+    while len(self._pending) > self._AHEAD:
+      yield self._next()
+
+  def finish_bundle(self):
+    while self._pending:
+      yield self._next()
+
+  def _next(self):
+    future, timestamp, window = self._pending.popleft()
+    return WindowedValue(future.result(), timestamp, [window])
+
+  def teardown(self):
+    self._pool.shutdown()
 
 
 class SerializeRecords(beam.PTransform):

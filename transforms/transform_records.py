@@ -1,10 +1,14 @@
-"""TransformRecords: TF Transform (analyze + transform) over RecordBatches, keys passed through.
+"""TransformRecords: TF Transform (analyze + transform) over RecordBatches, columns passed through.
 
 Input batches hold flat columns (one value or null per record); they are fed to
 tft_beam.AnalyzeAndTransformDataset as one-value list columns with a TFXIO TensorAdapterConfig
-(a VarLenSparse tensor per feature, as TFXIO gives a one-value TFMD feature), and the record
-key rides along as a TFT passthrough column. Output: RecordBatches of the transformed features
-(as TFT emits them: one list per feature) plus __key__ (string), and the transform_fn.
+(a VarLenSparse tensor per feature, as TFXIO gives a one-value TFMD feature). The record key and
+any other `passthrough` columns (the feature log's stage columns) ride along as TFT passthrough
+columns, hidden from preprocessing_fn: TFT hands them back row-aligned with its output, so the
+log is written straight from the transform output, with no join. Output: RecordBatches of the
+transformed features (as TFT emits them: one list per feature) plus the passthrough columns
+(flat again; __key__ as string), and the transform_fn. Must run inside a tft_beam.Context whose
+passthrough_keys are passthrough_keys(passthrough).
 """
 import apache_beam as beam
 import numpy as np
@@ -15,7 +19,9 @@ from tfx_bsl.public import tfxio
 
 from transforms.key_rows import KEY
 
-__all__ = ["TransformRecords", "to_tft_batch"]
+__all__ = ["TransformRecords", "to_tft_batch", "passthrough_keys", "PASSTHROUGH"]
+
+PASSTHROUGH = "__passthrough__"
 
 
 def _one_value_lists(arr):
@@ -26,44 +32,73 @@ def _one_value_lists(arr):
                                        mask=pa.array(~valid))
 
 
-def to_tft_batch(batch, feature_columns):
-  """The TFT input batch: features as one-value lists (strings as bytes), key as a list."""
+def _as_lists(arr):
+  """Every row a one-element list (TFT passes through list columns only); zero copy."""
+  return pa.ListArray.from_arrays(pa.array(np.arange(len(arr) + 1, dtype=np.int32)), arr)
+
+
+def to_tft_batch(batch, feature_columns, passthrough=None):
+  """The TFT input batch: features as one-value lists (strings as bytes), then __key__ (as
+  large_string) as one-element lists; with `passthrough` ({name: batch column}), also one
+  PASSTHROUGH column: one-element lists of a struct of those columns (one offsets buffer for
+  all of them: this batch is materialised for TFT's second pass, so its bytes count). TFT
+  refuses a passthrough column named like a feature, hence the names."""
   arrays = []
   for name in feature_columns:
     col = batch.column(name)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
       col = col.cast(pa.large_binary())
     arrays.append(_one_value_lists(col))
-  key = batch.column(KEY).cast(pa.large_string())
-  arrays.append(pa.ListArray.from_arrays(pa.array(np.arange(len(key) + 1, dtype=np.int32)),
-                                         key))
-  return pa.RecordBatch.from_arrays(arrays, names=list(feature_columns) + [KEY])
+  arrays.append(_as_lists(batch.column(KEY).cast(pa.large_string())))
+  names = list(feature_columns) + [KEY]
+  if passthrough:
+    arrays.append(_as_lists(pa.StructArray.from_arrays(
+        [batch.column(source) for source in passthrough.values()], names=list(passthrough))))
+    names.append(PASSTHROUGH)
+  return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def passthrough_keys(passthrough=None):
+  """The tft_beam.Context passthrough_keys for to_tft_batch batches."""
+  return {KEY, PASSTHROUGH} if passthrough else {KEY}
 
 
 def _from_tft(element):
+  """TFT output -> flat __key__ (string) and the passthrough columns, back under their names."""
   batch, _ = element
-  key = batch.column(KEY).flatten()
-  return batch.set_column(batch.schema.get_field_index(KEY), KEY, key)
+  idx = batch.schema.get_field_index(KEY)
+  batch = batch.set_column(idx, KEY, batch.column(idx).flatten())
+  idx = batch.schema.get_field_index(PASSTHROUGH)
+  if idx < 0:
+    return batch
+  packed = batch.column(idx).flatten()
+  batch = batch.remove_column(idx)
+  for field, column in zip(packed.type, packed.flatten()):
+    batch = batch.append_column(field.name, column)
+  return batch
 
 
 class TransformRecords(beam.PTransform):
   """RecordBatches (flat feature columns + __key__) -> (transformed batches, transform_fn).
 
-  Must run inside a tft_beam.Context; `arrow_schema` is the schema to_tft_batch produces.
+  Must run inside a tft_beam.Context; `arrow_schema` is the schema to_tft_batch produces (with
+  the same passthrough columns).
   """
 
-  def __init__(self, preprocessing_fn, feature_columns, arrow_schema):
+  def __init__(self, preprocessing_fn, feature_columns, arrow_schema, passthrough=None):
     super().__init__()
     self._fn = preprocessing_fn
     self._features = list(feature_columns)
     self._arrow_schema = arrow_schema
+    self._passthrough = dict(passthrough or {})
 
   def expand(self, batches):
     reps = {name: schema_pb2.TensorRepresentation(
         varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(
             column_name=name)) for name in self._features}
     adapter = tfxio.TensorAdapterConfig(self._arrow_schema, reps)
-    tft_batches = batches | "ToTftBatches" >> beam.Map(to_tft_batch, self._features)
+    tft_batches = batches | "ToTftBatches" >> beam.Map(to_tft_batch, self._features,
+                                                       self._passthrough)
     (transformed, _), transform_fn = (
         (tft_batches, adapter)
         | "AnalyzeAndTransform" >> tft_beam.AnalyzeAndTransformDataset(

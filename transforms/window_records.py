@@ -133,8 +133,20 @@ class _JoinFn(beam.DoFn):
     yield batch.append_column(WINDOW_FP, pa.array(fingerprint.fingerprint_batch(batch, names)))
 
 
+def _kept_only(batch, event_column, profile, watermark=None):
+  kept, _ = assign_windows(batch, event_column, profile, watermark)
+  return kept
+
+
 class WindowRecords(beam.PTransform):
-  """RecordBatches -> windowed batches with aggregates and __window_fp__; DROPPED tagged."""
+  """RecordBatches -> windowed batches with aggregates and __window_fp__; DROPPED tagged.
+
+  Input: a PCollection of batches, or a pair (batches, count_batches) where count_batches
+  hold the same records' event-time and group-by columns (a column-projected second read of
+  the input). With the pair, the watermark and the aggregates come from count_batches, so
+  the full batches stream through assign -> join (and on, fused with the stages after) without
+  being materialised to wait for the counts side input.
+  """
 
   def __init__(self, event_column, aggregates, profile):
     super().__init__()
@@ -142,15 +154,17 @@ class WindowRecords(beam.PTransform):
     self._aggregates = list(aggregates)
     self._profile = profile
 
-  def expand(self, batches):
+  def expand(self, pcolls):
+    batches, count_batches = pcolls if isinstance(pcolls, tuple) else (pcolls, None)
     for agg in self._aggregates:
       if agg.get("fn") != "count":
         raise ValueError(f"aggregate {agg.get('name')!r}: only fn 'count' is supported")
+    timing = batches if count_batches is None else count_batches
     if self._profile.allowed_lateness is None:  # no record can be late: no watermark needed
       watermark = None
     else:
       watermark = beam.pvalue.AsSingleton(
-          batches
+          timing
           | "EventTimeMax" >> beam.Map(
               lambda b, c=self._event_column: pc.max(b.column(c)).as_py())
           | "Watermark" >> beam.CombineGlobally(
@@ -158,10 +172,15 @@ class WindowRecords(beam.PTransform):
     assigned = batches | "Assign" >> beam.ParDo(
         _AssignFn(self._event_column, self._profile), watermark).with_outputs(
             DROPPED, main="kept")
+    if count_batches is None:
+      counted = assigned.kept
+    else:
+      counted = count_batches | "AssignForCounts" >> beam.Map(
+          _kept_only, self._event_column, self._profile, watermark)
     counts = {}
     for i, agg in enumerate(self._aggregates):
       counts[agg["name"]] = beam.pvalue.AsSingleton(
-          assigned.kept
+          counted
           | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile)
           | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()))
     joined = assigned.kept | "JoinAggregates" >> beam.ParDo(_JoinFn(self._aggregates),
