@@ -12,16 +12,15 @@ totals them.
 """
 import dataclasses
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay import drift
 from replay.tolerance import Tolerance
+from transforms import xxh64
 from transforms.feature_log import STAGES
 # The XXH64 rounds of the fingerprint kernel, reused for the plain XXH64 of sample keys.
-from transforms.xxh64 import _P1, _P2, _P3, _P4, _merge, _rotl, _round  # pylint: disable=W0212
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
            "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "SAMPLE_KINDS"]
@@ -138,49 +137,6 @@ def _eq(a, b):
   return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
 
 
-_P5 = np.uint64(0x27D4EB2F165667C5)
-
-
-@numba.njit(inline="always")
-def _le(data, p, k):
-  w = np.uint64(0)
-  for b in range(k):
-    w |= np.uint64(data[p + b]) << np.uint64(8 * b)
-  return w
-
-
-@numba.njit(cache=True, nogil=True)
-def _xxh64_spans(data, offsets):
-  """XXH64(data[offsets[i]:offsets[i + 1]], seed 0) for each i (the XXH64 specification)."""
-  out = np.empty(offsets.size - 1, dtype=np.uint64)
-  for i in range(out.size):
-    p, end = offsets[i], offsets[i + 1]
-    if end - p >= 32:
-      v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
-      while end - p >= 32:
-        v1, v2 = _round(v1, _le(data, p, 8)), _round(v2, _le(data, p + 8, 8))
-        v3, v4 = _round(v3, _le(data, p + 16, 8)), _round(v4, _le(data, p + 24, 8))
-        p += 32
-      h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
-      h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
-    else:
-      h = _P5
-    h += np.uint64(offsets[i + 1] - offsets[i])
-    while end - p >= 8:
-      h = _rotl(h ^ _round(np.uint64(0), _le(data, p, 8)), 27) * _P1 + _P4
-      p += 8
-    if end - p >= 4:
-      h = _rotl(h ^ (_le(data, p, 4) * _P1), 23) * _P2 + _P3
-      p += 4
-    while p < end:
-      h = _rotl(h ^ (np.uint64(data[p]) * _P5), 11) * _P1
-      p += 1
-    h = (h ^ (h >> np.uint64(33))) * _P2
-    h = (h ^ (h >> np.uint64(29))) * _P3
-    out[i] = h ^ (h >> np.uint64(32))
-  return out
-
-
 def _key_hashes(keys):
   """XXH64(key UTF-8, seed 0) of each key of a string Array, the sample order, in one compiled
   loop over the Arrow buffers (the fingerprint encoding pads and tags, so it cannot serve)."""
@@ -188,7 +144,7 @@ def _key_hashes(keys):
   _, offsets, data = keys.buffers()
   offsets = np.frombuffer(offsets, np.int64, count=len(keys) + 1, offset=8 * keys.offset)
   data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-  return _xxh64_spans(data, offsets)
+  return xxh64.xxh64_spans(data, offsets)
 
 
 def _samples(keys, make, cap):

@@ -7,11 +7,13 @@ straight from column buffers instead of materialising it. It relies on two prope
 the fingerprint encoding (transforms/fingerprint.py): everything is a whole number of 8-byte
 little-endian words, and every row starts with the same header whose length is a multiple
 of 32 bytes, so the hash state after the header is computed once and shared.
+`xxh64_spans` is plain XXH64 (seed 0) of byte spans, e.g. the UTF-8 keys of an Arrow string
+column (the replay diff orders its samples by it).
 """
 import numba
 import numpy as np
 
-__all__ = ["prefix_state", "hash_fields", "KIND_MISSING", "KIND_NULL", "KIND_INT", "KIND_FLOAT",
+__all__ = ["prefix_state", "hash_fields", "xxh64_spans", "KIND_MISSING", "KIND_NULL", "KIND_INT", "KIND_FLOAT",
            "KIND_BYTES", "KIND_LIST"]
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
@@ -160,4 +162,47 @@ def hash_fields(state0, prefix_words, kinds, valid, words, starts, bbuf, wbuf):
     h *= _P3
     h ^= h >> np.uint64(32)
     out[i] = h
+  return out
+
+
+_P5 = np.uint64(0x27D4EB2F165667C5)
+
+
+@numba.njit(inline="always")
+def _le(data, p, k):
+  w = np.uint64(0)
+  for b in range(k):
+    w |= np.uint64(data[p + b]) << np.uint64(8 * b)
+  return w
+
+
+@numba.njit(cache=True, nogil=True)
+def xxh64_spans(data, offsets):
+  """XXH64(data[offsets[i]:offsets[i + 1]], seed 0) for each i (the XXH64 specification)."""
+  out = np.empty(offsets.size - 1, dtype=np.uint64)
+  for i in range(out.size):
+    p, end = offsets[i], offsets[i + 1]
+    if end - p >= 32:
+      v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
+      while end - p >= 32:
+        v1, v2 = _round(v1, _le(data, p, 8)), _round(v2, _le(data, p + 8, 8))
+        v3, v4 = _round(v3, _le(data, p + 16, 8)), _round(v4, _le(data, p + 24, 8))
+        p += 32
+      h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+      h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
+    else:
+      h = _P5
+    h += np.uint64(offsets[i + 1] - offsets[i])
+    while end - p >= 8:
+      h = _rotl(h ^ _round(np.uint64(0), _le(data, p, 8)), 27) * _P1 + _P4
+      p += 8
+    if end - p >= 4:
+      h = _rotl(h ^ (_le(data, p, 4) * _P1), 23) * _P2 + _P3
+      p += 4
+    while p < end:
+      h = _rotl(h ^ (np.uint64(data[p]) * _P5), 11) * _P1
+      p += 1
+    h = (h ^ (h >> np.uint64(33))) * _P2
+    h = (h ^ (h >> np.uint64(29))) * _P3
+    out[i] = h ^ (h >> np.uint64(32))
   return out
