@@ -18,7 +18,7 @@ import pytest
 from pipelines import common
 from tests import online_store
 from tests.conftest import ROOT, TAXI_CSV
-from transforms import fingerprint, profile as profiles
+from transforms import feature_log, fingerprint, profile as profiles
 
 AGG = online_store.AGG
 _FP_COLUMNS = [f"fp_{s}" for s in ("raw", "parse", "window", "shard", "serialize", "transform")]

@@ -3,6 +3,7 @@ worker pool (the topology Flink uses with the EXTERNAL environment) give the Dir
 bytes; and each pipeline, built for FlinkRunner and DataflowRunner without running it, uses only
 standard Beam URNs and deterministic key coders."""
 import collections
+import concurrent.futures
 import glob
 import hashlib
 import json
@@ -147,7 +148,8 @@ def _built(job, runner_flags, tmp_path, ingest_dir, features_dir):
   argv = ["--input_dir", ingest_dir, "--output_dir", str(tmp_path / "f"),
           "--profile", os.path.join(ROOT, "profiles", "offline.yaml")] + runner_flags
   options, opts, out = common.job_options(argv, features.FeaturesOptions, True)
-  plan = features._plan(opts, out)  # pylint: disable=protected-access
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:  # runs the input's verification
+    plan = features._plan(opts, out, pool)  # pylint: disable=protected-access
   return features.build_pipeline(plan, options, str(tmp_path / "f" / ".tmp"))
 
 
