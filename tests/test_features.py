@@ -203,7 +203,7 @@ def _write_log(tmp, batches, dropped, num_buckets=4):
   for kind, items in ((False, batches), (True, dropped)):
     fn = fl._WritePartsFn(str(tmp), num_buckets, "trip_start_timestamp", kind)
     for b in items:
-      for bucket, path in fn.process(b):
+      for bucket, path in fn.work(b):
         parts.setdefault(bucket, []).append(path)
   infos = [fl.merge_bucket(str(tmp), num_buckets, b, paths) for b, paths in sorted(parts.items())]
   files = {os.path.relpath(p, tmp): open(p, "rb").read() for p in sorted(
@@ -243,7 +243,7 @@ def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   kept = _transformed_batch(200, 3, multi_value_rows=[150])
   fn = fl._WritePartsFn(str(tmp_path), 1, "trip_start_timestamp", False)
   parts = [fl._read_part(path) for b in (kept.slice(0, 100), kept.slice(100))
-           for _, path in fn.process(b)]
+           for _, path in fn.work(b)]
   # the first part is one-valued (stored flat), the second is not: the bucket keeps lists
   assert pa.types.is_integer(parts[0].schema.field("value__g_id").type)
   column = fl._feature_column(parts, "value__g_id")
@@ -251,9 +251,18 @@ def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   assert column.to_pylist() == kept.column("g_id").to_pylist()
   assert fl._feature_column(parts, "value__f_z").to_pylist() == \
       kept.column("f_z").flatten().to_pylist()
+  from transforms import fingerprint
+  log, names = fl._kept_log(parts)  # g_id is mixed: its fingerprints are over the lists
+  assert names == ["f_z", "g_id"]
+  rows = log.to_pylist()
+  assert all(r["fp__g_id"] == fingerprint.fingerprint_record({"g_id": r["value__g_id"]}) and
+             r["fp_transform"] == fingerprint.fingerprint_record(
+                 {"f_z": r["value__f_z"], "g_id": r["value__g_id"]}) for r in rows)
+  assert all(r["fp__f_z"] == fingerprint.fingerprint_record({"f_z": r["value__f_z"]})
+             for r in rows)
   # transformed/ holds one-value features only, as before, whichever part has the lists
   with pytest.raises(ValueError, match="several values per record"):
-    fl.merge_bucket(str(tmp_path), 1, 0, [p for _, p in fn.process(kept)])
+    fl.merge_bucket(str(tmp_path), 1, 0, [p for _, p in fn.work(kept)])
 
 
 def test_serialize_runs_ahead_but_keeps_order_windows_and_timestamps():

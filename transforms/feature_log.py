@@ -15,8 +15,8 @@ How it is written (the shape of Beam's WriteFiles): the transform output carries
 columns (TFT passthrough), so each bundle splits its batches by bucket and writes them as
 Arrow IPC part files under a temp folder, right where they are produced; only (bucket, part
 path) pairs cross the shuffle. One merge per bucket then reads its parts, sorts them by key
-(ties by the stage fingerprints: the result does not depend on bundling), fingerprints the
-transformed values and writes the final files. Merges run on a small thread pool (Arrow,
+(ties by the stage fingerprints: the result does not depend on bundling) and writes the final
+files; the transformed values are fingerprinted when the parts are written. Merges run on a small thread pool (Arrow,
 Parquet and the numba kernels release the GIL), emitted in finish_bundle.
 """
 import concurrent.futures
@@ -32,7 +32,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms import fingerprint, tfrecord
 from transforms.key_rows import FP, KEY, RAW_FP
-from transforms.serialize_records import SERIALIZE_FP
+from transforms.serialize_records import SERIALIZE_FP, AheadDoFn
 from transforms.shard_records import SHARD_FP, SHARD_ID
 from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
 
@@ -121,12 +121,14 @@ def _head(batch, event_column, dropped):
   return cols
 
 
-class _WritePartsFn(beam.DoFn):
+class _WritePartsFn(AheadDoFn):
   """A batch -> one Arrow IPC part file per bucket it touches; yields (bucket, part path).
 
-  Transformed features whose every row holds one value are stored flat (marked in the field
-  metadata): smaller parts, and the merge knows the whole bucket is one-valued when every
-  part says so.
+  Runs one batch ahead on a worker thread (AheadDoFn), overlapping TFT's transform of the next
+  batch. Transformed features whose every row holds one value are stored flat (marked in the
+  field metadata), and each part carries fp_transform and fp__F computed over the values as
+  stored: the merge uses them as they are unless a feature is flat in some of a bucket's parts
+  and lists in others (then it recomputes them over the bucket's lists).
   """
 
   def __init__(self, temp_dir, num_buckets, event_column, dropped):
@@ -135,26 +137,34 @@ class _WritePartsFn(beam.DoFn):
     self._event_column = event_column
     self._dropped = dropped
 
-  def process(self, batch):
-    if not batch.num_rows:
-      return
+  def work(self, element):
+    return self._write(element) if element.num_rows else []
+
+  def _write(self, batch):
     cols = _head(batch, self._event_column, self._dropped)
     fields = [pa.field(name, arr.type) for name, arr in cols.items()]
     arrays = list(cols.values())
     if not self._dropped:
       skip = {KEY} | set(passthrough_columns(self._event_column))
-      for name in sorted(n for n in batch.schema.names if n not in skip):
-        arr = batch.column(name)
-        flat = _one_value(arr)
-        fields.append(pa.field(f"value__{name}", arr.type if flat is None else flat.type,
+      names = sorted(n for n in batch.schema.names if n not in skip)
+      flats = [_one_value(batch.column(n)) for n in names]
+      values = pa.table([batch.column(n) if f is None else f for n, f in zip(names, flats)],
+                        names=names)
+      fields.append(pa.field("fp_transform", pa.uint64()))
+      arrays.append(pa.array(fingerprint.fingerprint_batch(values)))
+      for name, flat in zip(names, flats):
+        fields.append(pa.field(f"fp__{name}", pa.uint64()))
+        arrays.append(pa.array(fingerprint.fingerprint_batch(values, [name])))
+        fields.append(pa.field(f"value__{name}", values.column(name).type,
                                metadata=None if flat is None else {_ONE_VALUE: b"1"}))
-        arrays.append(arr if flat is None else flat)
+        arrays.append(values.column(name))
     table = pa.Table.from_arrays(arrays, schema=pa.schema(
         fields, metadata={_KIND: b"dropped" if self._dropped else b"kept"}))
     buckets = bucket_of(cols["key"], self._num_buckets)
     order = np.argsort(buckets, kind="stable")
     table = table.take(pa.array(order))
     bounds = np.searchsorted(buckets[order], np.arange(self._num_buckets + 1))
+    out = []
     for b in range(self._num_buckets):
       lo, hi = int(bounds[b]), int(bounds[b + 1])
       if hi > lo:
@@ -164,7 +174,8 @@ class _WritePartsFn(beam.DoFn):
           w.write_table(table.slice(lo, hi - lo))
         with FileSystems.create(path) as f:
           f.write(memoryview(sink.getvalue()))
-        yield b, path
+        out.append((b, path))
+    return out
 
 
 def _read_part(path):
@@ -197,16 +208,26 @@ def _sorted(table):
   return table.take(pc.sort_indices(table, keys))
 
 
+def _is_one_value(field):
+  return bool(field.metadata and field.metadata.get(_ONE_VALUE))
+
+
 def _kept_log(parts):
   """The log rows of a bucket's transformed records: stage columns, fp_transform, fp__F and
   value__F per feature F (sorted by name)."""
-  head = pa.concat_tables([t.select(_HEAD) for t in parts])
   names = sorted(n[len("value__"):] for n in parts[0].schema.names if n.startswith("value__"))
+  mixed = [n for n in names
+           if len({_is_one_value(t.schema.field("value__" + n)) for t in parts}) > 1]
+  if not mixed:  # every feature stored alike in every part: the parts' fingerprints hold
+    return pa.concat_tables([t.replace_schema_metadata(None) for t in parts]), names
+  head = pa.concat_tables([t.select(_HEAD) for t in parts])
   values = pa.table([_feature_column(parts, "value__" + n) for n in names], names=names)
   cols = {c: head.column(c) for c in _HEAD}
   cols["fp_transform"] = pa.array(fingerprint.fingerprint_batch(values))
   for n in names:
-    cols[f"fp__{n}"] = pa.array(fingerprint.fingerprint_batch(values, [n]))
+    cols[f"fp__{n}"] = (pa.array(fingerprint.fingerprint_batch(values, [n])) if n in mixed
+                        else pa.concat_arrays([t.column(f"fp__{n}").combine_chunks()
+                                               for t in parts]))
     cols[f"value__{n}"] = values.column(n)
   return pa.table(cols), names
 
@@ -226,8 +247,8 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths):
   if dropped:
     head = pa.concat_tables([t.select(_HEAD) for t in dropped])
     logs.append(head.append_column("fp_transform", pa.nulls(head.num_rows, pa.uint64())))
-  log = _sorted(pa.concat_tables(logs, promote_options="default")).combine_chunks() \
-      .replace_schema_metadata(None)
+  log = _sorted(pa.concat_tables(logs, promote_options="default")).combine_chunks()
+  log = pa.Table.from_arrays(log.columns, names=log.schema.names)  # no part metadata
   if names is not None:
     _write_transformed(temp_dir, num_buckets, bucket, log, names)
   sink = pa.BufferOutputStream()

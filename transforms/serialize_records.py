@@ -17,7 +17,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import fingerprint, tfrecord
 
-__all__ = ["SerializeRecords", "round_trip", "serialize_batch", "SERIALIZE_FP"]
+__all__ = ["SerializeRecords", "round_trip", "serialize_batch", "AheadDoFn", "SERIALIZE_FP"]
 
 SERIALIZE_FP = "__serialize_fp__"
 
@@ -48,16 +48,16 @@ def serialize_batch(batch, value_columns, profile):
   return out.append_column(SERIALIZE_FP, pa.array(np.asarray(fp, dtype=np.uint64)))
 
 
-class _SerializeFn(beam.DoFn):
-  """Round trips run one batch ahead on a worker thread (the codec and fingerprint kernels
-  release the GIL), so a batch's round trip overlaps the stages after it (TFT's analysis) on
-  the previous one. Outputs keep the input order, with each input's window and timestamp."""
+class AheadDoFn(beam.DoFn):
+  """A DoFn whose per-element work, `work(element) -> iterable of outputs`, runs one element
+  ahead on a worker thread: meant for work in GIL-releasing kernels (numba nogil, Arrow), which
+  then overlaps whatever the fused stages after it do with the previous element's outputs.
+  Outputs keep the input order and each input's window and timestamp."""
 
   _AHEAD = 1
 
-  def __init__(self, value_columns, profile):
-    self._value_columns = list(value_columns)
-    self._profile = profile
+  def work(self, element):
+    raise NotImplementedError
 
   def setup(self):
     self._pool = concurrent.futures.ThreadPoolExecutor(1)
@@ -65,22 +65,34 @@ class _SerializeFn(beam.DoFn):
   def start_bundle(self):
     self._pending = collections.deque()
 
-  def process(self, batch, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
-    future = self._pool.submit(serialize_batch, batch, self._value_columns, self._profile)
-    self._pending.append((future, timestamp, window))
+  def process(self, element, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
+    self._pending.append((self._pool.submit(lambda: list(self.work(element))), timestamp,
+                          window))
     while len(self._pending) > self._AHEAD:
-      yield self._next()
+      yield from self._next()
 
   def finish_bundle(self):
     while self._pending:
-      yield self._next()
+      yield from self._next()
 
   def _next(self):
     future, timestamp, window = self._pending.popleft()
-    return WindowedValue(future.result(), timestamp, [window])
+    return [WindowedValue(v, timestamp, [window]) for v in future.result()]
 
   def teardown(self):
     self._pool.shutdown()
+
+
+class _SerializeFn(AheadDoFn):
+  """Round trips one batch ahead (the codec and fingerprint kernels release the GIL), so a
+  batch's round trip overlaps the stages after it (TFT's analysis) on the previous one."""
+
+  def __init__(self, value_columns, profile):
+    self._value_columns = list(value_columns)
+    self._profile = profile
+
+  def work(self, element):
+    yield serialize_batch(element, self._value_columns, self._profile)
 
 
 class SerializeRecords(beam.PTransform):

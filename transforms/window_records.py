@@ -42,10 +42,13 @@ def assign_windows(batch, event_column, profile, watermark):
   reasons = np.where(~has_t, "missing event time",
                      np.where(late, "late: window end + allowed lateness <= watermark", ""))
   keep = reasons == ""
-  kept = batch.filter(pa.array(keep)).append_column(WINDOW_START, pa.array(start[keep])) \
+  if keep.all():  # the common case: no copy of the batch
+    kept, dropped = batch, batch.slice(0, 0)
+  else:
+    kept, dropped = batch.filter(pa.array(keep)), batch.filter(pa.array(~keep))
+  kept = kept.append_column(WINDOW_START, pa.array(start[keep])) \
       .append_column(WINDOW_END, pa.array(end[keep]))
-  dropped = batch.filter(pa.array(~keep)).append_column(DROP_REASON,
-                                                        pa.array(reasons[~keep]))
+  dropped = dropped.append_column(DROP_REASON, pa.array(reasons[~keep], pa.string()))
   return kept, dropped
 
 
