@@ -16,8 +16,9 @@ columns (TFT passthrough), so each bundle splits its batches by bucket and write
 Arrow IPC part files under a temp folder, right where they are produced; only (bucket, part
 path) pairs cross the shuffle. One merge per bucket then reads its parts, sorts them by key
 (ties by the stage fingerprints: the result does not depend on bundling) and writes the final
-files; the transformed values are fingerprinted when the parts are written. Merges run on a small thread pool (Arrow,
-Parquet and the numba kernels release the GIL), emitted in finish_bundle.
+files; the transformed values are fingerprinted when the parts are written. Part writing runs one
+batch ahead on a worker thread and merges on a small thread pool (Arrow, Parquet and the numba
+kernels release the GIL); merge results are emitted in finish_bundle.
 """
 import concurrent.futures
 import uuid
@@ -37,7 +38,7 @@ from transforms.shard_records import SHARD_FP, SHARD_ID
 from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
 
 __all__ = ["WriteFeatureLog", "STAGES", "LOG_SEED", "bucket_of", "bucket_path",
-           "passthrough_columns", "passthrough_types"]
+           "passthrough_columns", "passthrough_types", "merge_bucket"]
 
 STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
 LOG_SEED = 0x5EED
