@@ -27,6 +27,7 @@ from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 from pipelines import common, dataset, verify
 from transforms import analyze, feature_log, profile as profiles, schema
 from transforms.key_rows import KEY
+from transforms.progress import Progress, stage_counts
 from transforms.serialize_records import SerializeRecords
 from transforms.shard_records import ShardRecords
 from transforms.transform_records import TransformRecords, passthrough_keys, to_tft_batch
@@ -161,14 +162,18 @@ def build_pipeline(plan, options, temp_dir):
   windowed = (batches, count_batches) | "Window" >> WindowRecords(
       event, module.WINDOWED_AGGREGATES, prof)
   staged = (windowed["kept"]
+            | "ProgressWindow" >> Progress("features", "window")
             | "Shard" >> ShardRecords(prof)
-            | "Serialize" >> SerializeRecords(value_columns, prof))
+            | "ProgressShard" >> Progress("features", "shard")
+            | "Serialize" >> SerializeRecords(value_columns, prof)
+            | "ProgressSerialize" >> Progress("features", "serialize"))
   with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"),
                         passthrough_keys=passthrough_keys(passthrough)):
     transformed, transform_fn = staged | "Transform" >> TransformRecords(
         module.preprocessing_fn, value_columns, tft_schema, passthrough)
     _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         FileSystems.join(temp_dir, "transform_fn"))
+  transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((transformed, windowed[DROPPED])
        | "FeatureLog" >> feature_log.WriteFeatureLog(temp_dir, plan["log_buckets"], event)
        | "CollectBuckets" >> beam.combiners.ToList()
@@ -233,7 +238,8 @@ def run(argv=None, save_main_session=True):
   finally:
     pool.shutdown(wait=False, cancel_futures=True)
   try:
-    pipeline.run().wait_until_finish()
+    result = pipeline.run()
+    result.wait_until_finish()
     metadata = _publish(plan, temp_dir, options)
   finally:
     dataset.remove_tree(temp_dir)
@@ -241,6 +247,10 @@ def run(argv=None, save_main_session=True):
   dropped = sum(b.get("dropped", 0) for b in log["buckets"])
   print(f"records logged: {log['rows']} ({dropped} dropped by a stage) in "
         f"{log['num_buckets']} buckets")
+  counts = stage_counts(result, "features")
+  if counts:
+    print("records per stage: " + ", ".join(f"{s} {counts[s]}" for s in feature_log.STAGES
+                                           if s in counts))
   print(f"outputs: {plan['output_dir']}/transform_fn, transformed, feature_log, {RUN_METADATA}")
   print(f"wall time: {time.monotonic() - started:.1f} s")
   return 0
