@@ -78,11 +78,7 @@ def main():
   args = ap.parse_args()
   py = sys.executable
   with tempfile.TemporaryDirectory() as d:
-    csv_path = os.path.join(d, "big.csv")
-    ingest_bench.make_input(csv_path, args.rows)
-    data = os.path.join(d, "ingest")
-    timed([py, "-m", "pipelines.ingest", "--input", csv_path, "--output_dir", data,
-           "--schema", ingest_bench.SCHEMA, "--formats", "parquet"])
+    data = ingest_bench.prepared_dataset(d, args.rows)
     print(f"rows: {args.rows}")
     ratios = []
     for i in range(args.repeat):

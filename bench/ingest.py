@@ -89,6 +89,16 @@ def make_input(path, rows):
       k += 1
 
 
+def prepared_dataset(folder, rows, *flags):
+  """The benchmark input of `rows` rows ingested (Parquet shards) into folder/ingest, untimed;
+  `flags` go to pipelines.ingest (e.g. --key_columns trip_id)."""
+  csv_path, data = os.path.join(folder, "big.csv"), os.path.join(folder, "ingest")
+  make_input(csv_path, rows)
+  measure([sys.executable, "-m", "pipelines.ingest", "--input", csv_path, "--output_dir", data,
+           "--schema", SCHEMA, "--formats", "parquet", *flags])
+  return data
+
+
 def measure(cmd, ok=(0,)):
   """(wall seconds, peak RSS MiB of the process tree) of a command; an exit code outside `ok`
   fails the benchmark."""

@@ -88,11 +88,8 @@ def main():
   args = ap.parse_args()
   py = sys.executable
   with tempfile.TemporaryDirectory() as d:
-    csv_path = os.path.join(d, "big.csv")
-    ingest_bench.make_input(csv_path, args.rows)
-    data, offline = os.path.join(d, "ingest"), os.path.join(d, "offline")
-    timed([py, "-m", "pipelines.ingest", "--input", csv_path, "--output_dir", data,
-           "--schema", ingest_bench.SCHEMA, "--formats", "parquet", "--key_columns", "trip_id"])
+    data = ingest_bench.prepared_dataset(d, args.rows, "--key_columns", "trip_id")
+    offline = os.path.join(d, "offline")
     timed([py, "-m", "pipelines.features", "--input_dir", data, "--output_dir", offline,
            "--profile", os.path.join(ROOT, "profiles", "offline.yaml")])
     production, same = os.path.join(d, "production"), os.path.join(d, "same")
