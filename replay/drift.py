@@ -19,19 +19,28 @@ bin boundaries, so the cut is exact), the first edge the smallest and the last t
 finite value seen. TFDV's own numeric histograms are equal-width with 10 buckets; quantile
 bins keep a few outliers (common in z-scores) from putting every value in one bin.
 List-valued features contribute every element.
+
+A categorical histogram keeps exact counts for up to MAX_DISTINCT values. Past that (a
+high-cardinality feature, e.g. a hashed id) its values are folded into HASH_BINS bins by
+XXH64 of their text, so the accumulator stays bounded by a constant, not the log; whether a
+feature is folded depends only on its distinct values, never on merge order, and a folded side
+makes the other side fold too before the distance is taken.
 """
 import math
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
-__all__ = ["NUM_BINS", "PSI_EPSILON", "MAX_LABELS", "histogram", "merge", "compare",
+__all__ = ["NUM_BINS", "PSI_EPSILON", "MAX_LABELS", "MAX_DISTINCT", "HASH_BINS", "histogram", "merge", "compare",
            "linf", "jensen_shannon", "psi", "is_numeric_type"]
 
 NUM_BINS = 10
 PSI_EPSILON = 1e-4
 MAX_LABELS = 20   # categorical bins shown in the report (all values count in the distance)
+MAX_DISTINCT = 4096  # exact categorical values kept per feature before folding into hash bins
+HASH_BINS = 1024
 _SUB = 64         # fine bins per octave
 _TINY_EXP = -29   # frexp exponent of 2^-30: smaller magnitudes go to the zero bin
 
@@ -126,7 +135,22 @@ def histogram(column):
   if len(arr):
     vc = pc.value_counts(arr)
     counts = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
-  return {"kind": "categorical", "values": counts}
+  return _bounded({"kind": "categorical", "values": counts, "hashed": False})
+
+
+def _folded(h):
+  """A categorical histogram with its values folded into HASH_BINS bins by XXH64 of the text."""
+  if h["hashed"]:
+    return h
+  values = {}
+  for v, n in h["values"].items():
+    b = xxhash.xxh64_intdigest(_label(v).encode("utf-8")) % HASH_BINS
+    values[b] = values.get(b, 0) + n
+  return {"kind": "categorical", "values": values, "hashed": True}
+
+
+def _bounded(h):
+  return _folded(h) if len(h["values"]) > MAX_DISTINCT else h
 
 
 def _merge_bound(a, b, fn):
@@ -141,10 +165,12 @@ def merge(a, b):
   if a["kind"] != b["kind"]:
     raise ValueError("cannot merge a numeric and a categorical histogram")
   if a["kind"] == "categorical":
+    if a["hashed"] or b["hashed"]:
+      a, b = _folded(a), _folded(b)
     values = dict(a["values"])
     for v, n in b["values"].items():
       values[v] = values.get(v, 0) + n
-    return {"kind": "categorical", "values": values}
+    return _bounded({"kind": "categorical", "values": values, "hashed": a["hashed"]})
   idx, inv = np.unique(np.concatenate([a["index"], b["index"]]), return_inverse=True)
   counts = np.bincount(inv, weights=np.concatenate([a["counts"], b["counts"]]),
                        minlength=idx.size).astype(np.int64)
@@ -171,12 +197,14 @@ def _order(v):
 
 
 def _compare_categorical(a, b):
+  if a["hashed"] or b["hashed"]:
+    a, b = _folded(a), _folded(b)
   values = sorted(set(a["values"]) | set(b["values"]), key=_order)
   p = np.array([a["values"].get(v, 0) for v in values], dtype=np.int64)
   q = np.array([b["values"].get(v, 0) for v in values], dtype=np.int64)
   order = np.lexsort((np.arange(len(values)), -(p + q)))[:MAX_LABELS]
   shown = sorted(order.tolist())
-  labels = [_label(values[i]) for i in shown]
+  labels = [f"hash bin {values[i]}" if a["hashed"] else _label(values[i]) for i in shown]
   hp, hq = p[shown].tolist(), q[shown].tolist()
   if len(values) > len(shown):
     labels.append("(other)")

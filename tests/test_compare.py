@@ -473,3 +473,18 @@ def test_samples_match_a_full_sort_on_many_candidates_and_ties():
   tied = [e[2] for e in compare._samples(pa.array(["b", "a", "b"]), lambda i, k: i, 2)]
   assert tied == sorted([0, 1, 2], key=lambda i: (xxhash.xxh64_intdigest(
       ["b", "a", "b"][i].encode()), ["b", "a", "b"][i], i))[:2]
+
+
+def test_high_cardinality_categorical_drift_folds_into_hash_bins_in_any_merge_order():
+  n = drift.MAX_DISTINCT + 500
+  parts = [drift.histogram(pa.array([f"id-{i}" for i in range(lo, n, 3)])) for lo in range(3)]
+  assert not any(p["hashed"] for p in parts)  # each part alone is under the cap
+  forward = drift.merge(drift.merge(parts[0], parts[1]), parts[2])
+  backward = drift.merge(parts[2], drift.merge(parts[1], parts[0]))
+  assert forward["hashed"] and forward == backward
+  assert len(forward["values"]) <= drift.HASH_BINS
+  assert sum(forward["values"].values()) == n
+  small = drift.histogram(pa.array(["id-1", "id-2"]))
+  d = drift.compare(forward, small)  # the unfolded side is folded before the distance
+  assert d["histogram"]["bins"][0].startswith("hash bin ")
+  assert 0 < d["linf"] <= 1
