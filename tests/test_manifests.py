@@ -118,3 +118,23 @@ def test_a_misspelt_flag_fails_the_contract():
     check_command(bad)
   with pytest.raises(common.UsageError, match="num_shards"):
     check_command(["python", "-m", "pipelines.features", "--num_shards", "4"])
+
+
+def _dag_constants():
+  """FEATURES_OPTIONS and CHECK_ARGS of the Airflow DAG (read with ast: Airflow is not a
+  dependency of skewtrace)."""
+  import ast
+  with open(os.path.join(DEPLOY, "airflow", "skewtrace_nightly.py")) as f:
+    tree = ast.parse(f.read())
+  out = {}
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+      out[node.targets[0].id] = ast.literal_eval(node.value)
+  return out
+
+
+def test_airflow_dag_arguments_are_real_flags():
+  consts = _dag_constants()
+  flags = [f"--{k}" if v is True else f"--{k}={v}" for k, v in consts["FEATURES_OPTIONS"].items()]
+  check_command(["python", "-m", "pipelines.features"] + flags + ["--runner=DataflowRunner"])
+  check_command(["skewtrace"] + consts["CHECK_ARGS"])
