@@ -8,8 +8,8 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
   drift     mergeable histograms; L-infinity, Jensen-Shannon and PSI as TFDV defines them
   model     the report model (frozen dataclasses, report.json's shape)
   render    text and HTML renderers of a report
-  logger    the production-side feature logger
+  logger    the production-side feature logger;  log_rows  its per-record stage rules
   check     the nightly skew check;  cli  the skewtrace console script
 """
-__all__ = ["check", "cli", "compare", "diff", "drift", "logger", "metadata", "model", "render",
-           "tolerance"]
+__all__ = ["check", "cli", "compare", "diff", "drift", "log_rows", "logger", "metadata", "model",
+           "render", "tolerance"]

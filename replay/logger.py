@@ -1,4 +1,4 @@
-"""ProductionLogger: the serving side's feature log -- the offline stages and fingerprints, per record.
+"""ProductionLogger: the serving side's feature log -- the offline stages and fingerprints.
 
 Serving code hands it raw records (dict column -> source text, as a CSV reader gives them) one
 at a time or in small batches, with the windowed aggregate values it read from its online store

@@ -13,7 +13,7 @@ MODULES = ["transforms.fingerprint", "transforms.xxh64", "transforms.csv_records
            "transforms.feature_log", "transforms.taxi", "transforms.progress",
            "transforms.analyze", "replay.compare", "replay.tolerance", "replay.metadata",
            "replay.drift", "replay.model", "replay.diff", "replay.render", "replay.rerun",
-           "replay.logger", "replay.check", "replay.cli"]
+           "replay.logger", "replay.log_rows", "replay.check", "replay.cli"]
 
 
 @pytest.mark.parametrize("name", MODULES)
