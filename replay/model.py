@@ -16,18 +16,23 @@ __all__ = ["REPORT_FORMAT", "Side", "Records", "FeatureSummary", "Cause", "Bucke
 REPORT_FORMAT = "skewtrace.report/1"
 
 
-@dataclasses.dataclass(frozen=True)
-class Side:
-  dir: str
-  runner: str
-  rows: int
+class _Part:
+  """A flat part of the report: its dict is its fields."""
 
   def to_dict(self):
     return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
-class Records:
+class Side(_Part):
+  dir: str
+  runner: str
+  rows: int
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Records(_Part):
   offline: int
   production: int
   matched_keys: int
@@ -40,12 +45,10 @@ class Records:
   duplicate_keys_offline: int
   duplicate_keys_production: int
 
-  def to_dict(self):
-    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
-class FeatureSummary:
+class FeatureSummary(_Part):
   kind: str
   match: int
   mismatch: int
@@ -56,8 +59,6 @@ class FeatureSummary:
   max_abs_delta: float | None
   mean_abs_delta: float | None
 
-  def to_dict(self):
-    return dataclasses.asdict(self)
 
   @classmethod
   def from_totals(cls, f):
@@ -76,25 +77,21 @@ class FeatureSummary:
 
 
 @dataclasses.dataclass(frozen=True)
-class Cause:
+class Cause(_Part):
   stage: str
   field: str
   offline: object
   production: object
   records: int
 
-  def to_dict(self):
-    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
-class Buckets:
+class Buckets(_Part):
   total: int
   compared: int
   skipped_equal: int
 
-  def to_dict(self):
-    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
