@@ -11,7 +11,8 @@ from transforms.write_rejected import REJECTED_PATH
 from transforms.write_shards import FORMATS
 
 __all__ = ["match_inputs", "read_header", "read_text", "describe_file", "check_output_dir",
-           "publish", "remove_tree", "move_tree", "write_atomically", "top_entries", "summary",
+           "publish", "remove_tree", "move_tree", "write_atomically", "top_entries",
+           "refuse_foreign_entries", "summary",
            "load_manifest", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
 
@@ -86,6 +87,16 @@ def top_entries(output_dir):
   found = FileSystems.match([_join(output_dir, "*")])[0].metadata_list
   prefix = output_dir.rstrip("/") + "/"
   return sorted({m.path[len(prefix):].split("/")[0] for m in found})
+
+
+def refuse_foreign_entries(output_dir, overwrite, own=()):
+  """Refuses an output folder holding entries other than `own` (what the job writes there
+  itself) and temp leftovers, unless --overwrite was given."""
+  foreign = [e for e in top_entries(output_dir)
+             if e not in own and not e.startswith(".tmp-") and not e.endswith(".tmp")]
+  if foreign and not overwrite:
+    raise UsageError(f"{output_dir} is not empty ({', '.join(foreign[:5])}); pass "
+                     "--overwrite to replace it")
 
 
 def check_output_dir(output_dir, inputs, options, overwrite):

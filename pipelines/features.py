@@ -186,14 +186,6 @@ def _write_json(value, path):
     f.write(json.dumps(value, sort_keys=True).encode("utf-8"))
 
 
-def _check_output_dir(output_dir, overwrite):
-  entries = [e for e in dataset.top_entries(output_dir)
-             if not e.startswith(".tmp-")]
-  if entries and not overwrite:
-    raise common.UsageError(f"{output_dir} is not empty ({', '.join(entries[:5])}); pass "
-                            "--overwrite to replace it")
-
-
 def _publish(plan, temp_dir, options):
   out = plan["output_dir"]
   with FileSystems.open(FileSystems.join(temp_dir, LOG_INFO),
@@ -234,7 +226,7 @@ def run(argv=None, save_main_session=True):
     temp_dir = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
     pipeline = build_pipeline(plan, options, temp_dir)  # writes nothing
     _verified(plan["input_dir"], plan["verifying"])
-    _check_output_dir(plan["output_dir"], out.overwrite)
+    dataset.refuse_foreign_entries(plan["output_dir"], out.overwrite)
   finally:
     pool.shutdown(wait=False, cancel_futures=True)
   try:

@@ -269,14 +269,6 @@ def _build(plan, partial):
                             plan["buckets_total"]).to_dict()
 
 
-def _check_output_dir(output_dir, overwrite):
-  foreign = [e for e in dataset.top_entries(output_dir)
-             if e not in _OWN and not e.startswith(".tmp-") and not e.endswith(".tmp")]
-  if foreign and not overwrite:
-    raise common.UsageError(f"{output_dir} holds other files ({', '.join(foreign[:5])}); "
-                            "pass --overwrite to write the report there anyway")
-
-
 def _summary(report):
   r = report["records"]
   firsts = ", ".join(f"{s} {n}" for s, n in report["first_divergent_stage"].items() if n)
@@ -320,7 +312,7 @@ def run(argv=None, save_main_session=True):
   options, opts, out = common.job_options(argv, DiffOptions, save_main_session)
   plan = plan_diff(opts, out)
   output_dir = plan["output_dir"]
-  _check_output_dir(output_dir, out.overwrite)
+  dataset.refuse_foreign_entries(output_dir, out.overwrite, own=_OWN)
   if plan["tasks"]:
     temp_dir = FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}")
     try:

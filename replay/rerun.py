@@ -135,10 +135,7 @@ def _plan(argv):
     raise common.UsageError(f"--transform_module {module}: {e}") from None
   out = own["output_dir"][-1]
   overwrite = "overwrite" in own
-  entries = [e for e in dataset.top_entries(out) if not e.startswith(".tmp-")]
-  if entries and not overwrite:
-    raise common.UsageError(f"{out} is not empty ({', '.join(entries[:5])}); pass --overwrite "
-                            "to replace it")
+  dataset.refuse_foreign_entries(out, overwrite)
   dirs = {d: FileSystems.join(out, d) for d in SUBDIRS}
   tail = (["--overwrite"] if overwrite else []) + beam_flags
   return dirs, {
