@@ -1,4 +1,5 @@
 """What every job shares: strict flag parsing, the usage-error type, versions, the exit-code wrapper."""
+import argparse
 import importlib.metadata
 import logging
 import platform
@@ -68,7 +69,6 @@ BEAM_FLAGS_NOTE = ("Any Beam pipeline flag is accepted as well (--runner, --dire
 
 def job_help(prog, options_classes, description):
   """The --help text of a job: each of its own flags with its sentence, then the Beam note."""
-  import argparse
   parser = argparse.ArgumentParser(prog=prog, description=description,
                                    epilog=BEAM_FLAGS_NOTE, add_help=False)
   for cls in options_classes:
@@ -112,7 +112,7 @@ def main_wrapper(run):
     code = run(sys.argv[1:])
   except HelpRequested as e:
     print(e)
-    code = 0
+    code = e.exit_code
   except UsageError as e:
     print(f"error: {e}", file=sys.stderr)
     code = e.exit_code

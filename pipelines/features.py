@@ -33,7 +33,7 @@ from transforms.shard_records import ShardRecords
 from transforms.transform_records import TransformRecords, passthrough_keys, to_tft_batch
 from transforms.window_records import DROPPED, WindowRecords
 
-__all__ = ["FeaturesOptions", "build_pipeline", "run"]
+__all__ = ["FeaturesOptions", "build_pipeline", "load_profile_and_module", "run"]
 
 RUN_METADATA, LOG_INFO = "run_metadata.json", "_log.json"
 
@@ -60,8 +60,9 @@ def _verified(input_dir, verifying):
 
 
 def _plan(opts, out_opts, pool):
-  """The run's plan. The input's verification (it decodes every shard) starts here on `pool`
-  and overlaps building the pipeline; run() waits for it before anything runs or is written.
+  """The run's plan. The input's verification (it decodes every shard) starts here on `pool`,
+  after the cheap flag checks, and overlaps building the pipeline; run() waits for it before
+  anything runs or is written.
   Any problem found with the input while planning reports the verification's finding first."""
   if not opts.input_dir:
     raise common.UsageError("--input_dir is required")
@@ -71,19 +72,8 @@ def _plan(opts, out_opts, pool):
     raise common.UsageError("--profile is required")
   if opts.log_buckets < 1:
     raise common.UsageError("--log_buckets must be >= 1")
+  prof, module = load_profile_and_module(opts.profile, opts.transform_module)
   verifying = pool.submit(verify.verify, opts.input_dir)
-  text, _ = dataset.read_text(opts.profile, "--profile")
-  try:
-    prof = profiles.load_profile(text)
-  except profiles.ProfileError as e:
-    raise common.UsageError(f"--profile {opts.profile}: {e}") from None
-  try:
-    module = importlib.import_module(opts.transform_module)
-  except ImportError as e:
-    raise common.UsageError(f"--transform_module {opts.transform_module}: {e}") from None
-  for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
-    if not hasattr(module, attr):
-      raise common.UsageError(f"--transform_module {opts.transform_module} lacks {attr}")
   try:
     plan = _dataset_plan(opts, module)
   except (common.UsageError, KeyError, TypeError, ValueError, OSError):
@@ -93,10 +83,26 @@ def _plan(opts, out_opts, pool):
               log_buckets=opts.log_buckets, verifying=verifying)
 
 
+def load_profile_and_module(profile_path, module_name):
+  """(Profile, feature module) from the --profile and --transform_module flags, checked:
+  UsageError naming the flag when either cannot be used."""
+  text, _ = dataset.read_text(profile_path, "--profile")
+  try:
+    prof = profiles.load_profile(text)
+  except profiles.ProfileError as e:
+    raise common.UsageError(f"--profile {profile_path}: {e}") from None
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise common.UsageError(f"--transform_module {module_name}: {e}") from None
+  for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
+    if not hasattr(module, attr):
+      raise common.UsageError(f"--transform_module {module_name} lacks {attr}")
+  return prof, module
+
+
 def _dataset_plan(opts, module):
-  manifest = dataset.load_manifest(opts.input_dir)
-  if manifest is None:
-    raise common.UsageError(f"--input_dir {opts.input_dir} holds no manifest.json")
+  manifest = dataset.load_manifest(opts.input_dir)  # verify has refused a missing one
   if "parquet" not in {s["format"] for s in manifest["shards"]}:
     raise common.UsageError("--input_dir must hold Parquet shards (exact float64 values)")
   columns = [(c["name"], c["type"]) for c in manifest["schema"]["columns"]]
@@ -223,10 +229,18 @@ def run(argv=None, save_main_session=True):
   pool = concurrent.futures.ThreadPoolExecutor(1)
   try:
     plan = _plan(opts, out, pool)
+    existed = FileSystems.exists(plan["output_dir"])
     temp_dir = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
-    pipeline = build_pipeline(plan, options, temp_dir)  # writes nothing
-    _verified(plan["input_dir"], plan["verifying"])
-    dataset.refuse_foreign_entries(plan["output_dir"], out.overwrite)
+    try:
+      # TFT makes its temp folders while the graph is built: taken back if the input fails.
+      pipeline = build_pipeline(plan, options, temp_dir)
+      _verified(plan["input_dir"], plan["verifying"])
+      dataset.refuse_foreign_entries(plan["output_dir"], out.overwrite)
+    except BaseException:
+      dataset.remove_tree(temp_dir)
+      if not existed:
+        dataset.remove_tree(plan["output_dir"])
+      raise
   finally:
     pool.shutdown(wait=False, cancel_futures=True)
   try:

@@ -16,7 +16,6 @@ divergence, not with the logs; memory is bounded by one bucket.
 Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, prints a summary.
 Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
 """
-import importlib.util
 import json
 import logging
 import uuid
@@ -29,7 +28,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
-from replay import compare, metadata, model, tolerance as tolerances
+from replay import compare, metadata, model, render, tolerance as tolerances
 
 __all__ = ["DiffOptions", "plan_diff", "build_pipeline", "run", "METRICS_NAMESPACE"]
 
@@ -269,19 +268,6 @@ def _build(plan, partial):
                             plan["buckets_total"]).to_dict()
 
 
-def _summary(report):
-  r = report["records"]
-  firsts = ", ".join(f"{s} {n}" for s, n in report["first_divergent_stage"].items() if n)
-  return "\n".join([
-      f"records: {r['offline']} offline, {r['production']} production, {r['matched_keys']} "
-      f"matched; identical {r['identical']}, within tolerance {r['within_tolerance']}, "
-      f"divergent {r['divergent']}; offline only {r['offline_only']}, production only "
-      f"{r['production_only']}",
-      f"first divergent stage: {firsts or 'none'}",
-      f"divergent fraction {report['divergent_fraction']:.6g} (max "
-      f"{report['max_divergent_fraction']:.6g}) -> exit {report['exit_code']}"])
-
-
 def _run_pipeline(pipeline):
   """Runs the job; an error inside it (a runner may wrap the DoFn's exception, with the worker's
   traceback in its message) becomes a one-line DataError, exit 2, not a divergence (exit 1)."""
@@ -329,13 +315,9 @@ def run(argv=None, save_main_session=True):
     FileSystems.mkdirs(output_dir)
   dataset.write_atomically(FileSystems.join(output_dir, REPORT_JSON),
                            (json.dumps(report, indent=2) + "\n").encode("utf-8"))
-  if importlib.util.find_spec("replay.render") is not None:
-    from replay import render  # pylint: disable=import-outside-toplevel
-    dataset.write_atomically(FileSystems.join(output_dir, REPORT_HTML),
-                             render.render_html(report).encode("utf-8"))
-    print(render.render_text(report))
-  else:
-    print(_summary(report))
+  dataset.write_atomically(FileSystems.join(output_dir, REPORT_HTML),
+                           render.render_html(report).encode("utf-8"))
+  print(render.render_text(report))
   print(f"report: {FileSystems.join(output_dir, REPORT_JSON)}")
   return report["exit_code"]
 

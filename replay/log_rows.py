@@ -158,8 +158,7 @@ class LogRows:
     if self._key_columns:
       keyed = typed.select(self._key_columns)
       texts = key_batch(keyed, self._key_columns, self._key_columns, 1).column(KEY)
-      clear = [t if all(keyed.column(c)[i].is_valid for c in self._key_columns) else None
-               for i, t in enumerate(texts.to_pylist())]
+      clear = texts.to_pylist()  # null where a key column is null (Arrow's null propagation)
     keys = []
     for i, text in enumerate(clear):
       if text is None:

@@ -37,7 +37,7 @@ from transforms import profile as profiles
 __all__ = ["ProductionLogger", "pii_hash", "RUNNER"]
 
 RUNNER, RUN_METADATA = "ProductionLogger", "run_metadata.json"
-_STAGES = [s for s in feature_log.STAGES if s != "analyze"]
+_STAGES = feature_log.FP_STAGES
 _BASE = [("key", pa.string()), ("event_time", pa.int64()), ("window_start", pa.int64()),
          ("window_end", pa.int64()), ("shard_id", pa.int64()), ("dropped_stage", pa.string()),
          ("drop_reason", pa.string())] + [(f"fp_{s}", pa.uint64()) for s in _STAGES]
@@ -146,12 +146,9 @@ class ProductionLogger:
     except (OSError, ValueError) as e:
       raise common.UsageError(f"{path}: cannot read run metadata ({e})") from None
     key_columns = meta["input"].get("key_columns")
-    if key_columns is None:  # older metadata: the ingest manifest says
-      manifest = dataset.load_manifest(meta["input"]["dir"])
-      if manifest is None:
-        raise common.UsageError(f"{path} has no input.key_columns and {meta['input']['dir']} "
-                                "holds no ingest manifest")
-      key_columns = manifest["key_columns"]
+    if key_columns is None:
+      raise common.UsageError(f"{path} has no input.key_columns (written by pipelines.features "
+                              "since run_metadata gained it); rerun the features job")
     try:
       module = importlib.import_module(meta["transform_module"])
     except ImportError as e:
@@ -264,9 +261,8 @@ class ProductionLogger:
         entry["rows"] += part.num_rows
         entry["dropped"] += part.num_rows - part.column("dropped_stage").null_count
         entry["parts"].append(path)
-        for s in _STAGES:
-          entry["digests"][s] = fingerprint.add_digests(entry["digests"][s], (
-              fingerprint.combine_digest(part.column(f"fp_{s}").drop_null().to_numpy())))
+        for s, d in feature_log.stage_digests(part).items():
+          entry["digests"][s] = fingerprint.add_digests(entry["digests"][s], d)
       self._next_part += 1
       self.stats["flushes"] += 1
       self.stats["logged"] += table.num_rows

@@ -18,14 +18,12 @@ Writes OUT/ingest (pipelines.ingest, once), OUT/a and OUT/b (pipelines.features 
 --max_divergent_fraction, 1 divergence), 2 usage or input error.
 """
 import argparse
-import importlib
 
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset, features, ingest
 from replay import diff
-from transforms import profile as profiles
 
 __all__ = ["RerunOptions", "run"]
 
@@ -121,18 +119,12 @@ def _plan(argv):
   for name in ("input", "profile_a", "profile_b", "output_dir"):
     if name not in own:
       raise common.UsageError(f"--{name} is required")
-  for name in ("profile_a", "profile_b"):
-    path = own[name][-1]
-    text, _ = dataset.read_text(path, f"--{name}")
-    try:
-      profiles.load_profile(text)
-    except profiles.ProfileError as e:
-      raise common.UsageError(f"--{name} {path}: {e}") from None
   module = (own.get("transform_module") or ["transforms.taxi"])[-1]
-  try:
-    importlib.import_module(module)
-  except ImportError as e:
-    raise common.UsageError(f"--transform_module {module}: {e}") from None
+  for name in ("profile_a", "profile_b"):
+    try:
+      features.load_profile_and_module(own[name][-1], module)
+    except common.UsageError as e:  # name the flag rerun was given
+      raise common.UsageError(str(e).replace("--profile ", f"--{name} ", 1)) from None
   out = own["output_dir"][-1]
   overwrite = "overwrite" in own
   dataset.refuse_foreign_entries(out, overwrite)

@@ -26,10 +26,8 @@ def edit_log(src, dst, edit):
     table, n = edit(pq.read_table(path))
     changed += n
     pq.write_table(table, path)
-    for stage in feature_log.STAGES:
-      if stage != "analyze":
-        fps = table.column(f"fp_{stage}").drop_null().to_numpy()
-        b["digests"][stage] = fingerprint.digest_hex(fingerprint.combine_digest(fps))
+    b["digests"] = {s: fingerprint.digest_hex(d)
+                    for s, d in feature_log.stage_digests(table).items()}
   with open(meta_path, "w") as f:
     json.dump(meta, f, indent=2, sort_keys=True)
   return changed

@@ -119,6 +119,18 @@ def _bad_profile(tmp_path):
   return str(path)
 
 
+def _damaged(tmp_path, ingest_dir):
+  """A copy of an ingest dataset with one byte of a Parquet shard changed."""
+  import shutil
+  copy = tmp_path / "damaged"
+  shutil.copytree(ingest_dir, copy)
+  shard = sorted(glob.glob(str(copy / "parquet" / "*.parquet")))[0]
+  data = bytearray(open(shard, "rb").read())
+  data[len(data) // 2] ^= 0xFF
+  open(shard, "wb").write(bytes(data))
+  return str(copy)
+
+
 @pytest.mark.parametrize("make_args,message", [
     (lambda d, i: ["--input_dir", i, "--profile", _bad_profile(d)],
      "sharding.num_shards must be >= 1"),
@@ -128,6 +140,11 @@ def _bad_profile(tmp_path):
     (lambda d, i: ["--input_dir", str(d), "--profile", os.path.join(ROOT, "profiles",
                                                                     "offline.yaml")],
      "holds no manifest.json"),
+    (lambda d, i: ["--input_dir", _damaged(d, i), "--profile",
+                   os.path.join(ROOT, "profiles", "offline.yaml")], "does not verify"),
+    (lambda d, i: ["--input_dir", i, "--profile", os.path.join(ROOT, "profiles",
+                                                               "offline.yaml"),
+                   "--num_shards", "4"], r"unknown flag\(s\): --num_shards"),  # ingest's flag
 ])
 def test_bad_input_exits_with_usage_error_and_writes_nothing(tmp_path, taxi_runs, make_args,
                                                              message):

@@ -21,7 +21,7 @@ from tests.conftest import ROOT, TAXI_CSV
 from transforms import feature_log, fingerprint, profile as profiles
 
 AGG = online_store.AGG
-_FP_COLUMNS = [f"fp_{s}" for s in ("raw", "parse", "window", "shard", "serialize", "transform")]
+_FP_COLUMNS = [f"fp_{s}" for s in feature_log.FP_STAGES]
 
 
 def _read_log(root):

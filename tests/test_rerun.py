@@ -124,6 +124,8 @@ def test_missing_or_bad_inputs_fail_before_any_job_runs(tmp_path):
     rerun.run(_argv(out, bad))
   with pytest.raises(common.UsageError, match="--transform_module"):
     rerun.run(_argv(out, OFFLINE, "--transform_module", "transforms.no_such_module"))
+  with pytest.raises(common.UsageError, match="lacks preprocessing_fn"):  # imports, not a module
+    rerun.run(_argv(out, OFFLINE, "--transform_module", "transforms.profile"))
   assert not out.exists()
   out.mkdir()
   (out / "keep.txt").write_text("x")

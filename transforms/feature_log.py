@@ -37,10 +37,12 @@ from transforms.serialize_records import SERIALIZE_FP, AheadDoFn
 from transforms.shard_records import SHARD_FP, SHARD_ID
 from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
 
-__all__ = ["WriteFeatureLog", "STAGES", "LOG_SEED", "bucket_of", "bucket_path",
-           "passthrough_columns", "passthrough_types", "merge_bucket"]
+__all__ = ["WriteFeatureLog", "STAGES", "FP_STAGES", "stage_digests", "LOG_SEED", "bucket_of",
+           "bucket_path", "passthrough_columns", "passthrough_types", "merge_bucket"]
 
 STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
+# The stages with a per-record fingerprint column fp_<stage> (analyze is per run).
+FP_STAGES = tuple(s for s in STAGES if s != "analyze")
 LOG_SEED = 0x5EED
 # Stage fingerprint columns in the stage batches (in-pipeline names) -> log column names.
 STAGE_COLUMNS = {"raw": RAW_FP, "parse": FP, "window": WINDOW_FP, "shard": SHARD_FP,
@@ -257,14 +259,16 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths):
   path = bucket_path(bucket, num_buckets)
   with FileSystems.create(FileSystems.join(temp_dir, path)) as f:
     f.write(memoryview(sink.getvalue()))
-  digests = {}
-  for stage in STAGES:
-    if stage == "analyze":
-      continue
-    col = log.column(f"fp_{stage}").drop_null().to_numpy()
-    digests[stage] = fingerprint.digest_hex(fingerprint.combine_digest(col))
+  digests = {s: fingerprint.digest_hex(d) for s, d in stage_digests(log).items()}
   return {"bucket": bucket, "path": path, "rows": log.num_rows,
           "dropped": log.num_rows - log.column("dropped_stage").null_count, "digests": digests}
+
+
+def stage_digests(log):
+  """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage:
+  the per-bucket digests run metadata carry and the diff compares to skip equal buckets."""
+  return {s: fingerprint.combine_digest(log.column(f"fp_{s}").drop_null().to_numpy())
+          for s in FP_STAGES}
 
 
 def _write_transformed(temp_dir, num_buckets, bucket, log, names):
