@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 import ingest as ingest_bench  # noqa: E402
 
 BARE = r'''
-import sys, tempfile, pyarrow as pa, apache_beam as beam, tensorflow_transform.beam as tft_beam
+import sys, tempfile, numpy as np, pyarrow as pa, apache_beam as beam, tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 from transforms import taxi, schema
 from transforms.key_rows import KEY
@@ -41,7 +41,7 @@ cols = [c["name"] for c in manifest["schema"]["columns"]] + ["area_trips_in_wind
 types = {c["name"]: schema.ARROW_TYPES[c["type"]] for c in manifest["schema"]["columns"]}
 def prep(table):
   for b in table.to_batches():
-    b = b.append_column("area_trips_in_window", pa.array([0] * b.num_rows, pa.int64()))
+    b = b.append_column("area_trips_in_window", pa.array(np.zeros(b.num_rows, np.int64)))
     yield to_tft_batch(b, cols).select(cols)  # bare TFT: no key passthrough
 empty = pa.record_batch([pa.array([], types.get(n, pa.int64())) for n in cols] +
                         [pa.array([], pa.large_string())], names=cols + [KEY])

@@ -29,6 +29,8 @@ import ingest as ingest_bench  # noqa: E402
 sys.path.insert(0, ROOT)
 from tests import logfaults  # noqa: E402  (the same fault injection the tests use)
 
+timed = ingest_bench.measure  # (wall s, peak RSS MiB); an exit code outside ok= fails the run
+
 PER_ELEMENT = r'''
 import glob, sys, apache_beam as beam
 off, prod, out = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -71,14 +73,12 @@ open(out, "w").write(f"{c.count_matching_rows()} {len(c.df1_unq_rows)} {len(c.df
 '''
 
 
-def timed(cmd, ok=(0,)):
-  """(wall seconds, peak RSS MiB) of a command; exit codes outside `ok` fail the benchmark."""
-  return ingest_bench.measure(cmd, ok=ok)
-
-
 def _job_seconds(cmd):
-  out = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True).stdout
-  return float(out.strip().splitlines()[-1].split()[-1])
+  """The job seconds JOB_TIME prints; a diff that failed (exit 2) fails the benchmark."""
+  done = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True)
+  if done.returncode not in (0, 1):
+    raise SystemExit(f"replay.diff failed ({done.returncode}): {done.stderr[-2000:]}")
+  return float(done.stdout.strip().splitlines()[-1].split()[-1])
 
 
 def main():

@@ -29,7 +29,7 @@ import yaml
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common
+from pipelines import common, dataset
 from transforms.feature_log import STAGES
 
 __all__ = ["CheckOptions", "load_config", "evaluate", "run"]
@@ -37,7 +37,6 @@ __all__ = ["CheckOptions", "load_config", "evaluate", "run"]
 _FIELDS = {"offline", "production", "reports", "history", "thresholds", "tolerance",
            "beam_args"}
 _THRESHOLDS = {"divergent_fraction", "stages", "features", "drift"}
-TREND_NIGHTS = 30
 
 
 class CheckOptions(PipelineOptions):
@@ -219,14 +218,14 @@ def _history_row(night, report, broken, code, report_path):
            json.dumps(drift, sort_keys=True), json.dumps(broken), code, report_path])
 
 
-def record_night(history_path, row):
-  """Inserts or replaces the night's row; returns the last TREND_NIGHTS nights up to it."""
+def record_night(history_path, row, nights):
+  """Inserts or replaces the night's row; returns the last `nights` nights up to it."""
   os.makedirs(os.path.dirname(os.path.abspath(history_path)), exist_ok=True)
   with sqlite3.connect(history_path) as db:
     db.execute(f"CREATE TABLE IF NOT EXISTS nights ({', '.join(_COLUMNS)})")
     db.execute(f"INSERT OR REPLACE INTO nights VALUES ({', '.join('?' * len(_COLUMNS))})", row)
     rows = db.execute("SELECT date, divergent_fraction, exit_status FROM nights WHERE date <= ? "
-                      "ORDER BY date DESC LIMIT ?", (row[0], TREND_NIGHTS)).fetchall()
+                      "ORDER BY date DESC LIMIT ?", (row[0], nights)).fetchall()
   db.close()
   return [{"date": d, "divergent_fraction": f, "exit_status": s} for d, f, s in reversed(rows)]
 
@@ -272,9 +271,11 @@ def run(argv=None):
   broken = evaluate(report, config["thresholds"])
   code = 1 if broken else 0
   trend = record_night(config["history"], _history_row(night, report, broken, code,
-                                                       FileSystems.join(out, "report.json")))
-  with FileSystems.create(FileSystems.join(out, "report.html")) as f:
-    f.write(render.render_html(report, trend=trend).encode("utf-8"))
+                                                       FileSystems.join(out, "report.json")),
+                       render.TREND_NIGHTS)
+  # diff wrote the night's page; it is replaced by the same page with the trend.
+  dataset.write_atomically(FileSystems.join(out, "report.html"),
+                           render.render_html(report, trend=trend).encode("utf-8"))
   print(f"night {night}: {'THRESHOLDS BROKEN' if broken else 'all thresholds held'}")
   for sentence in broken:
     print(f"  broken: {sentence}")

@@ -18,14 +18,13 @@ import pyarrow.compute as pc
 
 from replay import drift
 from replay.tolerance import Tolerance
-from transforms import xxh64
+from transforms import feature_log, xxh64
 from transforms.feature_log import STAGES
-# The XXH64 rounds of the fingerprint kernel, reused for the plain XXH64 of sample keys.
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
            "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "SAMPLE_KINDS"]
 
-RECORD_STAGES = ("raw", "parse", "window", "shard", "serialize")
+RECORD_STAGES = feature_log.RECORD_STAGES
 SIDES = ("offline", "production")
 COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "identical",
             "within_tolerance", "divergent", "duplicate_keys_offline",

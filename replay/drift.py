@@ -33,7 +33,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-__all__ = ["NUM_BINS", "PSI_EPSILON", "MAX_LABELS", "MAX_DISTINCT", "HASH_BINS", "histogram", "merge", "compare",
+__all__ = ["NUM_BINS", "PSI_EPSILON", "MAX_LABELS", "MAX_DISTINCT", "HASH_BINS",
+           "histogram", "merge", "compare",
            "linf", "jensen_shannon", "psi", "is_numeric_type"]
 
 NUM_BINS = 10

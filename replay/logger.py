@@ -275,7 +275,7 @@ class ProductionLogger:
 
   def _metadata(self):
     n = self._num_buckets
-    buckets = [{"bucket": b, "path": f"feature_log/bucket-{b:05d}-of-{n:05d}*.parquet",
+    buckets = [{"bucket": b, "path": feature_log.bucket_glob(b, n),
                 "parts": list(e["parts"]), "rows": e["rows"], "dropped": e["dropped"],
                 "digests": {s: fingerprint.digest_hex(d) for s, d in e["digests"].items()}}
                for b, e in sorted(self._buckets.items())]

@@ -16,6 +16,7 @@ import json
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.common import UsageError
+from transforms import feature_log
 from transforms.feature_log import STAGES
 
 __all__ = ["FORMAT", "RUN_METADATA", "VERSION_STAGES", "load", "check_compatible",
@@ -23,7 +24,7 @@ __all__ = ["FORMAT", "RUN_METADATA", "VERSION_STAGES", "load", "check_compatible
 
 FORMAT = "skewtrace.features/1"
 RUN_METADATA = "run_metadata.json"
-DIGEST_STAGES = ("raw", "parse", "window", "shard", "serialize", "transform")
+DIGEST_STAGES = feature_log.FP_STAGES
 PROFILE_STAGES = {"windowing": "window", "sharding": "shard", "sampling": "shard",
                   "serialization": "serialize"}
 VERSION_STAGES = {
@@ -180,5 +181,4 @@ def plan_buckets(offline, production):
 
 def bucket_pattern(directory, bucket, num_buckets):
   """The glob of bucket b's parts: bucket-BBBBB-of-NNNNN.parquet and ...-part-PPPPPP.parquet."""
-  return FileSystems.join(directory, "feature_log",
-                          f"bucket-{bucket:05d}-of-{num_buckets:05d}*.parquet")
+  return FileSystems.join(directory, feature_log.bucket_glob(bucket, num_buckets))

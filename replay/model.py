@@ -30,7 +30,6 @@ class Side(_Part):
   rows: int
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Records(_Part):
   offline: int
@@ -44,7 +43,6 @@ class Records(_Part):
   divergent: int
   duplicate_keys_offline: int
   duplicate_keys_production: int
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,13 +83,11 @@ class Cause(_Part):
   records: int
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Buckets(_Part):
   total: int
   compared: int
   skipped_equal: int
-
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ import html
 import json
 import math
 
-__all__ = ["STAGES", "verdict", "render_text", "render_html"]
+__all__ = ["STAGES", "TREND_NIGHTS", "verdict", "render_text", "render_html"]
 
 # Pipeline order (transforms.feature_log.STAGES; not imported so rendering needs no Beam).
 STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")

@@ -73,6 +73,8 @@ def parse_feature_spec(spec):
   name = name.strip()
   if not sep or not name or not values:
     raise UsageError(f"--tolerance takes feature=abs:rel, got {spec!r}")
+  if name == "default":
+    raise UsageError("--tolerance default=...: the default tolerance is --abs_tol / --rel_tol")
   parts = values.split(":")
   if len(parts) > 2:
     raise UsageError(f"--tolerance takes feature=abs:rel, got {spec!r}")

@@ -143,3 +143,21 @@ def test_per_feature_tolerance_without_rel_keeps_the_default_rel():
   specs = [argv[i + 1] for i, a in enumerate(argv) if a == "--tolerance"]
   assert specs == ["fare_z=0.1", "tips=0.5:0.2"]
   assert argv[argv.index("--rel_tol") + 1] == "0.01"
+
+
+def _report(**features):
+  """A minimal report dict: 100 matched records, none divergent, the given feature entries."""
+  return {"divergent_fraction": 0.0, "first_divergent_stage": {},
+          "records": {"matched_keys": 100, "offline_only": 0, "production_only": 0},
+          "features": {n: {"mismatch_rate": rate} for n, (rate, _) in features.items()},
+          "drift": {n: d for n, (_, d) in features.items() if d is not None}}
+
+
+def test_evaluate_breaks_feature_and_drift_thresholds_by_name():
+  th = {"divergent_fraction": 0.1, "stages": {}, "features": {"fare_z": 0.01},
+        "drift": {"fare_z": 0.05, "company_id": 0.2}}
+  report = _report(fare_z=(0.02, {"jensen_shannon": 0.07}), company_id=(0.0, {"linf": 0.1}))
+  assert check.evaluate(report, th) == ["feature fare_z: mismatch rate 0.02 > 0.01",
+                                        "feature fare_z: drift 0.07 > 0.05"]
+  held = _report(fare_z=(0.01, {"jensen_shannon": 0.05}), company_id=(0.0, None))
+  assert check.evaluate(held, th) == []  # at the limit holds; no drift entry: nothing drifted

@@ -287,6 +287,7 @@ def test_tolerance_scalar_and_dict_normalise_to_one_structure():
     lambda: tolerance.from_flags(specs=["x=a:b"]), lambda: tolerance.from_flags(specs=["x=-1:0"]),
     lambda: tolerance.from_flags(specs=["x=1:2:3"]),
     lambda: tolerance.from_flags(specs=["x=1:0", "x=2:0"]),
+    lambda: tolerance.from_flags(specs=["default=0.1"]),
     lambda: tolerance.normalise(float("inf"))])
 def test_bad_tolerances_are_usage_errors(call):
   with pytest.raises(UsageError):
@@ -488,3 +489,8 @@ def test_high_cardinality_categorical_drift_folds_into_hash_bins_in_any_merge_or
   d = drift.compare(forward, small)  # the unfolded side is folded before the distance
   assert d["histogram"]["bins"][0].startswith("hash bin ")
   assert 0 < d["linf"] <= 1
+
+
+def test_a_tolerance_named_default_points_at_the_default_flags():
+  with pytest.raises(UsageError, match="--abs_tol / --rel_tol"):
+    tolerance.from_flags(specs=["default=0.1"])

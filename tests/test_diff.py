@@ -421,3 +421,22 @@ def test_command_line_usage_error_is_one_line_and_exit_2(tmp_path):
   assert proc.stderr.strip().splitlines()[-1].startswith("error: --offline")
   assert "Traceback" not in proc.stderr
   assert not glob.glob(str(tmp_path / "o" / "*"))
+
+
+@pytest.mark.parametrize("changed,stage", [("fingerprint", "analyze"),
+                                           ("definition", "transform")])
+def test_plan_names_analyze_only_when_the_analyzers_differ_but_their_definition_does_not(
+    taxi_features, tmp_path, changed, stage):
+  production = tmp_path / "production"
+  shutil.copytree(taxi_features["direct"], production)
+  meta_path = production / "run_metadata.json"
+  meta = json.loads(meta_path.read_text())
+  meta["analyze"]["fingerprint"] = "0" * 16
+  if changed == "definition":
+    meta["analyze"]["definition"] = "0" * 16
+  meta_path.write_text(json.dumps(meta))
+  _, opts, out = common.job_options(["--offline", taxi_features["direct"], "--production",
+                                     str(production), "--output_dir", str(tmp_path / "o")],
+                                    diff.DiffOptions, False)
+  context = diff.plan_diff(opts, out)["context"]
+  assert context.transform_stage == stage and not context.analyze_match

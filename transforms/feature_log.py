@@ -37,12 +37,15 @@ from transforms.serialize_records import SERIALIZE_FP, AheadDoFn
 from transforms.shard_records import SHARD_FP, SHARD_ID
 from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
 
-__all__ = ["WriteFeatureLog", "STAGES", "FP_STAGES", "stage_digests", "LOG_SEED", "bucket_of",
-           "bucket_path", "passthrough_columns", "passthrough_types", "merge_bucket"]
+__all__ = ["WriteFeatureLog", "STAGES", "FP_STAGES", "RECORD_STAGES", "stage_digests", "LOG_SEED", "bucket_of",
+           "bucket_path", "bucket_glob", "passthrough_columns", "passthrough_types", "merge_bucket"]
 
 STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
 # The stages with a per-record fingerprint column fp_<stage> (analyze is per run).
 FP_STAGES = tuple(s for s in STAGES if s != "analyze")
+# The stages fingerprinted before TFT: a record whose fingerprint differs at one of them parts
+# there, whatever the tolerances.
+RECORD_STAGES = FP_STAGES[:-1]
 LOG_SEED = 0x5EED
 # Stage fingerprint columns in the stage batches (in-pipeline names) -> log column names.
 STAGE_COLUMNS = {"raw": RAW_FP, "parse": FP, "window": WINDOW_FP, "shard": SHARD_FP,
@@ -64,6 +67,12 @@ def bucket_of(keys, num_buckets):
 
 def bucket_path(bucket, num_buckets):
   return f"feature_log/bucket-{bucket:05d}-of-{num_buckets:05d}.parquet"
+
+
+def bucket_glob(bucket, num_buckets):
+  """The glob of a bucket's files: bucket_path's file, or the parts a production logger wrote
+  (bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet); readers take a bucket's rows from it."""
+  return f"feature_log/bucket-{bucket:05d}-of-{num_buckets:05d}*.parquet"
 
 
 def passthrough_columns(event_column):
