@@ -133,7 +133,8 @@ class _ShardsTFXIO(ParquetTFXIO):
       reads = [pipeline | f"ReadFromParquetBatched[{i}]" >> beam.io.ReadFromParquetBatched(
           file_pattern=pattern, columns=columns) for i, pattern in enumerate(patterns)]
       return (reads | "FlattenPCollsFromPatterns" >> beam.Flatten()
-              | "ToRecordBatch" >> beam.FlatMap(lambda table: table.to_batches(batch_size)))
+              | "ToRecordBatch" >> beam.FlatMap(
+                  lambda table: table.to_batches(batch_size)).with_output_types(pa.RecordBatch))
 
     return beam.ptransform_fn(expand)()
 

@@ -10,6 +10,8 @@ import time
 
 import apache_beam as beam
 
+from transforms.arrow_coder import same_type
+
 __all__ = ["Progress", "stage_counts"]
 
 
@@ -43,7 +45,8 @@ class Progress(beam.PTransform):
     self._args = (job, stage, every_seconds)
 
   def expand(self, batches):
-    return batches | "Count" >> beam.ParDo(_CountFn(*self._args))
+    return batches | "Count" >> beam.ParDo(_CountFn(*self._args)).with_output_types(
+        same_type(batches))
 
 
 def stage_counts(result, job):

@@ -105,5 +105,5 @@ class SerializeRecords(beam.PTransform):
     self._profile = profile
 
   def expand(self, batches):
-    return batches | "RoundTrip" >> beam.ParDo(_SerializeFn(self._value_columns,
-                                                            self._profile))
+    return batches | "RoundTrip" >> beam.ParDo(
+        _SerializeFn(self._value_columns, self._profile)).with_output_types(pa.RecordBatch)

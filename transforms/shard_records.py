@@ -47,6 +47,7 @@ class ShardRecords(beam.PTransform):
 
   def expand(self, batches):
     return (batches
-            | "Sample" >> beam.Map(sample_batch, self._profile)
-            | "DropEmpty" >> beam.Filter(lambda b: b.num_rows > 0)
-            | "Shard" >> beam.Map(shard_batch, self._profile))
+            | "Sample" >> beam.Map(sample_batch, self._profile).with_output_types(pa.RecordBatch)
+            | "DropEmpty" >> beam.Filter(lambda b: b.num_rows > 0).with_output_types(
+                pa.RecordBatch)
+            | "Shard" >> beam.Map(shard_batch, self._profile).with_output_types(pa.RecordBatch))

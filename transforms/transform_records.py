@@ -97,10 +97,11 @@ class TransformRecords(beam.PTransform):
         varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(
             column_name=name)) for name in self._features}
     adapter = tfxio.TensorAdapterConfig(self._arrow_schema, reps)
-    tft_batches = batches | "ToTftBatches" >> beam.Map(to_tft_batch, self._features,
-                                                       self._passthrough)
+    tft_batches = batches | "ToTftBatches" >> beam.Map(
+        to_tft_batch, self._features, self._passthrough).with_output_types(pa.RecordBatch)
     (transformed, _), transform_fn = (
         (tft_batches, adapter)
         | "AnalyzeAndTransform" >> tft_beam.AnalyzeAndTransformDataset(
             self._fn, output_record_batches=True))
-    return transformed | "FlattenKeys" >> beam.Map(_from_tft), transform_fn
+    return (transformed | "FlattenKeys" >> beam.Map(_from_tft).with_output_types(
+        pa.RecordBatch)), transform_fn

@@ -173,19 +173,20 @@ class WindowRecords(beam.PTransform):
           | "Watermark" >> beam.CombineGlobally(
               lambda vs: max((v for v in vs if v is not None), default=None)))
     assigned = batches | "Assign" >> beam.ParDo(
-        _AssignFn(self._event_column, self._profile), watermark).with_outputs(
-            DROPPED, main="kept")
+        _AssignFn(self._event_column, self._profile), watermark).with_output_types(
+            pa.RecordBatch).with_outputs(DROPPED, main="kept")
     if count_batches is None:
       counted = assigned.kept
     else:
       counted = count_batches | "AssignForCounts" >> beam.Map(
-          _kept_only, self._event_column, self._profile, watermark)
+          _kept_only, self._event_column, self._profile, watermark).with_output_types(
+              pa.RecordBatch)
     counts = {}
     for i, agg in enumerate(self._aggregates):
       counts[agg["name"]] = beam.pvalue.AsSingleton(
           counted
           | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile)
           | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()))
-    joined = assigned.kept | "JoinAggregates" >> beam.ParDo(_JoinFn(self._aggregates),
-                                                             **counts)
+    joined = assigned.kept | "JoinAggregates" >> beam.ParDo(
+        _JoinFn(self._aggregates), **counts).with_output_types(pa.RecordBatch)
     return {"kept": joined, DROPPED: assigned[DROPPED]}
