@@ -33,7 +33,8 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms import fingerprint, tfrecord
 from transforms.key_rows import FP, KEY, RAW_FP
-from transforms.serialize_records import SERIALIZE_FP, AheadDoFn
+from transforms.ahead import AheadDoFn
+from transforms.serialize_records import SERIALIZE_FP
 from transforms.shard_records import SHARD_FP, SHARD_ID
 from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
 

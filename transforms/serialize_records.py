@@ -5,19 +5,17 @@ back, so float columns come back as float32 values; format parquet: a Parquet ro
 float columns stored as the profile's float_dtype. The stage's fingerprint covers the decoded
 values, so a float32 cast on one side shows up here and nowhere earlier.
 """
-import collections
-import concurrent.futures
 import io
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import fingerprint, tfrecord
+from transforms.ahead import AheadDoFn
 
-__all__ = ["SerializeRecords", "round_trip", "serialize_batch", "AheadDoFn", "SERIALIZE_FP"]
+__all__ = ["SerializeRecords", "round_trip", "serialize_batch", "SERIALIZE_FP"]
 
 SERIALIZE_FP = "__serialize_fp__"
 
@@ -46,41 +44,6 @@ def serialize_batch(batch, value_columns, profile):
     idx = out.schema.get_field_index(name)
     out = out.set_column(idx, name, decoded.column(name).combine_chunks())
   return out.append_column(SERIALIZE_FP, pa.array(np.asarray(fp, dtype=np.uint64)))
-
-
-class AheadDoFn(beam.DoFn):
-  """A DoFn whose per-element work, `work(element) -> iterable of outputs`, runs one element
-  ahead on a worker thread: meant for work in GIL-releasing kernels (numba nogil, Arrow), which
-  then overlaps whatever the fused stages after it do with the previous element's outputs.
-  Outputs keep the input order and each input's window and timestamp."""
-
-  _AHEAD = 1
-
-  def work(self, element):
-    raise NotImplementedError
-
-  def setup(self):
-    self._pool = concurrent.futures.ThreadPoolExecutor(1)
-
-  def start_bundle(self):
-    self._pending = collections.deque()
-
-  def process(self, element, timestamp=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam):
-    self._pending.append((self._pool.submit(lambda: list(self.work(element))), timestamp,
-                          window))
-    while len(self._pending) > self._AHEAD:
-      yield from self._next()
-
-  def finish_bundle(self):
-    while self._pending:
-      yield from self._next()
-
-  def _next(self):
-    future, timestamp, window = self._pending.popleft()
-    return [WindowedValue(v, timestamp, [window]) for v in future.result()]
-
-  def teardown(self):
-    self._pool.shutdown()
 
 
 class _SerializeFn(AheadDoFn):

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms import fingerprint
+from transforms.ahead import AheadDoFn
 
 __all__ = ["WindowRecords", "assign_windows", "window_counts", "join_counts", "WINDOW_START",
            "WINDOW_END", "WINDOW_FP", "DROPPED", "DROP_REASON", "SumCounts"]
@@ -124,12 +125,14 @@ class _AssignFn(beam.DoFn):
       yield kept
 
 
-class _JoinFn(beam.DoFn):
+class _JoinFn(AheadDoFn):
+  """Joins the counts one batch ahead (Acero joins and the fingerprint kernel release the GIL),
+  overlapping the stages after it (TFT's analysis) on the previous batch."""
 
   def __init__(self, aggregates):
     self._aggregates = aggregates
 
-  def process(self, batch, **counts):
+  def work(self, batch, **counts):
     for agg in self._aggregates:
       batch = join_counts(batch, agg["group_by"], agg["name"], counts[agg["name"]])
     names = [WINDOW_START, WINDOW_END] + [agg["name"] for agg in self._aggregates]
