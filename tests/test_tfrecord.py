@@ -209,3 +209,35 @@ def test_compiled_decoder_rejects_two_values_and_wrong_list_type():
     tfrecord.decode_tfrecord(_frame([ex.SerializeToString()]), [("i", pa.int64())])
   with pytest.raises(tfrecord.TFRecordError, match="another type"):
     tfrecord.decode_tfrecord(_frame([ex.SerializeToString()]), [("i", pa.string())])
+
+
+def test_unframed_examples_are_the_tfrecord_payloads_and_decode_alike():
+  table = _table()
+  data, offsets = tfrecord.encode_examples(table)
+  raw = data.tobytes()
+  assert [raw[offsets[i]:offsets[i + 1]] for i in range(table.num_rows)] == \
+      tfrecord.read_records(tfrecord.encode_tfrecord(table).tobytes())
+  columns = [(f.name, f.type) for f in table.schema] + [("absent", pa.int64())]
+  assert tfrecord.decode_examples(data, offsets, columns).equals(
+      tfrecord.decode_tfrecord(tfrecord.encode_tfrecord(table).tobytes(), columns))
+  empty, empty_offsets = tfrecord.encode_examples(table.slice(0, 0))
+  assert empty.size == 0 and empty_offsets.tolist() == [0]
+  assert tfrecord.decode_examples(empty, empty_offsets, columns).num_rows == 0
+
+
+@pytest.mark.parametrize("record", [
+    b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # Features length 2^64 - 1
+    b"\x0a\x0d\x0a\x0b\x0a\x01i\x12\x06\x1a\xff\xff\xff\xff\x0f",  # list length past entry
+    b"\x12\xff\xff\xff\xff\xff\xff\xff\xff\x7f",  # unknown field, length 2^63 - 1
+])
+def test_compiled_decoder_rejects_lengths_past_the_record(record):
+  with pytest.raises(tfrecord.TFRecordError, match="malformed"):
+    tfrecord.decode_tfrecord(_frame([record]), [("i", pa.int64())])
+
+
+def test_compiled_decoder_counts_past_255_values_as_more_than_one():
+  import tensorflow as tf
+  ex = tf.train.Example()
+  ex.features.feature["i"].int64_list.value.extend(range(256))  # a one-byte count would wrap
+  with pytest.raises(tfrecord.TFRecordError, match="more than one value"):
+    tfrecord.decode_tfrecord(_frame([ex.SerializeToString()]), [("i", pa.int64())])

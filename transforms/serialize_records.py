@@ -1,7 +1,8 @@
 """SerializeRecords: the `serialize` stage -- a round trip through the profile's serialized form.
 
-format tfrecord: the record becomes a tf.train.Example (transforms/tfrecord.py) and is decoded
-back, so float columns come back as float32 values; format parquet: a Parquet round trip, with
+format tfrecord: the record becomes a serialized tf.train.Example (transforms/tfrecord.py: the
+bytes a TFRecord shard holds, without the file's framing) and is decoded back, so float columns
+come back as float32 values; format parquet: a Parquet round trip, with
 float columns stored as the profile's float_dtype. The stage's fingerprint covers the decoded
 values, so a float32 cast on one side shows up here and nowhere earlier.
 """
@@ -23,8 +24,8 @@ SERIALIZE_FP = "__serialize_fp__"
 def round_trip(table, profile):
   """The table's columns as decoded from the profile's serialized form (same names/order)."""
   columns = [(f.name, f.type) for f in table.schema]
-  if profile.serialization_format == "tfrecord":
-    return tfrecord.decode_tfrecord(tfrecord.encode_tfrecord(table), columns)
+  if profile.serialization_format == "tfrecord":  # the tf.Examples, as the shards hold them
+    return tfrecord.decode_examples(*tfrecord.encode_examples(table), columns)
   if profile.float_dtype == "float32":
     table = pa.table([c.cast(pa.float32()) if pa.types.is_floating(c.type) else c
                       for c in table.columns], names=table.schema.names)

@@ -9,7 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["encode_tfrecord", "decode_tfrecord", "read_records", "TFRecordError"]
+__all__ = ["encode_tfrecord", "decode_tfrecord", "encode_examples", "decode_examples",
+           "read_records", "TFRecordError"]
 
 _MASK_DELTA = 0xA282EAD8
 
@@ -104,21 +105,23 @@ def _sizes(kinds, name_starts, valid, ivals, bstart, sizes, feat_sizes):
 
 @numba.njit(cache=True, nogil=True)
 def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table, sizes,
-            feat_sizes, out, pos):
-  """Writes TFRecords of deterministic tf.Examples (features sorted by name, nulls omitted)
-  into out from byte pos; returns the end position.
+            feat_sizes, out, pos, framed):
+  """Writes deterministic tf.Examples (features sorted by name, nulls omitted) into out from
+  byte pos, as TFRecords (framed) or back to back; returns the end position.
 
   valid/ivals/fbits are [row, feature]; bstart is [row + 1, feature], offsets into bdata.
   """
   n, nf = valid.shape
   for i in range(n):
-    size = sizes[i]
-    for q in range(8):
-      out[pos + q] = np.uint8((size >> (8 * q)) & 0xFF)
-    c = _crc32c_masked(out, pos, pos + 8, table)
-    for q in range(4):
-      out[pos + 8 + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
-    start = pos + 12
+    start = pos
+    if framed:
+      size = sizes[i]
+      for q in range(8):
+        out[pos + q] = np.uint8((size >> (8 * q)) & 0xFF)
+      c = _crc32c_masked(out, pos, pos + 8, table)
+      for q in range(4):
+        out[pos + 8 + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
+      start = pos + 12
     p = start
     feats = feat_sizes[i]
     # Example.features (field 1) -> Features.feature map entries (field 1).
@@ -165,10 +168,12 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
         for q in range(blen):
           out[p + q] = bdata[b0 + q]
         p += blen
-    c = _crc32c_masked(out, start, p, table)
-    for q in range(4):
-      out[p + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
-    pos = p + 4
+    if framed:
+      c = _crc32c_masked(out, start, p, table)
+      for q in range(4):
+        out[p + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
+      p += 4
+    pos = p
   return pos
 
 
@@ -181,6 +186,20 @@ def encode_tfrecord(table):
   tfx_bsl's RecordBatchToExamplesEncoder serializes the feature map in an unspecified order
   that changes between calls, which would break byte-identical shards.
   """
+  return _encode_table(table, True)[0]
+
+
+def encode_examples(table):
+  """(bytes, offsets): the serialized tf.Examples of encode_tfrecord back to back, without the
+  TFRecord framing; record i is bytes[offsets[i]:offsets[i + 1]] (offsets: n + 1 int64)."""
+  out, sizes = _encode_table(table, False)
+  offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+  np.cumsum(sizes, out=offsets[1:])
+  return out, offsets
+
+
+def _encode_table(table, framed):
+  """(output bytes, serialized Example size of each row)."""
   n = table.num_rows
   order = sorted(range(table.num_columns), key=lambda i: table.schema.names[i].encode("utf-8"))
   nf = len(order)
@@ -240,12 +259,12 @@ def encode_tfrecord(table):
   for lo, hi, m in chunks():
     _sizes(kinds, name_starts, valid[:m], ivals[:m], bstart[:m + 1], sizes[lo:hi],
            feat_sizes[lo:hi])
-  out = np.empty(int(sizes.sum()) + 16 * n, dtype=np.uint8)
+  out = np.empty(int(sizes.sum()) + (16 * n if framed else 0), dtype=np.uint8)
   pos = 0
   for lo, hi, m in chunks():
     pos = _encode(kinds, names, name_starts, valid[:m], ivals[:m], fbits[:m], bstart[:m + 1],
-                  bdata, _CRC_TABLE, sizes[lo:hi], feat_sizes[lo:hi], out, pos)
-  return out
+                  bdata, _CRC_TABLE, sizes[lo:hi], feat_sizes[lo:hi], out, pos, framed)
+  return out, sizes
 
 
 @numba.njit(cache=True, nogil=True)
@@ -316,6 +335,8 @@ _DECODE_ERRORS = {1: "malformed protobuf", 2: "a feature holds more than one val
 @numba.njit(inline="always")
 def _get_varint(buf, pos, end):
   """(value as uint64, next position); position -1 when the varint runs past end."""
+  if pos < end and buf[pos] < 128:  # the common case: one byte
+    return np.uint64(buf[pos]), pos + 1
   v = np.uint64(0)
   shift = np.uint64(0)
   while pos < end and shift < 64:
@@ -340,7 +361,7 @@ def _skip(buf, pos, end, wire):
     return pos + 4 if pos + 4 <= end else -1
   if wire == _LEN:
     n, pos = _get_varint(buf, pos, end)
-    if pos < 0 or pos + np.int64(n) > end:
+    if pos < 0 or n > np.uint64(end - pos):
       return -1
     return pos + np.int64(n)
   return -1
@@ -371,7 +392,8 @@ def _column_of(buf, lo, hi, names, name_starts, hint):
 
 @numba.njit(inline="always")
 def _list_values(buf, pos, end, kind, row, col, count, bits, spans):
-  """Reads the Int64List/FloatList/BytesList message buf[pos:end] into row/col; 0 or an error."""
+  """Reads the Int64List/FloatList/BytesList message buf[pos:end] into col/row; 0 or an error.
+  count saturates at 2 (one value, or more than one)."""
   while pos < end:
     tag, pos = _get_varint(buf, pos, end)
     if pos < 0:
@@ -386,40 +408,40 @@ def _list_values(buf, pos, end, kind, row, col, count, bits, spans):
       v, pos = _get_varint(buf, pos, end)
       if pos < 0:
         return 1
-      bits[row, col] = v
-      count[row, col] += 1
+      bits[col, row] = v
+      count[col, row] = min(count[col, row] + 1, 2)
     elif kind == 1 and wire == _FIXED32:  # unpacked float
       if pos + 4 > end:
         return 1
-      bits[row, col] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
+      bits[col, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
                         | (np.uint64(buf[pos + 2]) << np.uint64(16))
                         | (np.uint64(buf[pos + 3]) << np.uint64(24)))
-      count[row, col] += 1
+      count[col, row] = min(count[col, row] + 1, 2)
       pos += 4
     elif wire == _LEN:
       n, pos = _get_varint(buf, pos, end)
-      stop = pos + np.int64(n)
-      if pos < 0 or stop > end:
+      if pos < 0 or n > np.uint64(end - pos):
         return 1
+      stop = pos + np.int64(n)
       if kind == 2:  # one bytes value
-        spans[row, col, 0] = pos
-        spans[row, col, 1] = stop - pos
-        count[row, col] += 1
+        spans[0, col, row] = pos
+        spans[1, col, row] = stop - pos
+        count[col, row] = min(count[col, row] + 1, 2)
       elif kind == 0:  # packed varints
         while pos < stop:
           v, pos = _get_varint(buf, pos, stop)
           if pos < 0:
             return 1
-          bits[row, col] = v
-          count[row, col] += 1
+          bits[col, row] = v
+          count[col, row] = min(count[col, row] + 1, 2)
       else:  # packed floats
         if (stop - pos) % 4:
           return 1
         while pos < stop:
-          bits[row, col] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
+          bits[col, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
                             | (np.uint64(buf[pos + 2]) << np.uint64(16))
                             | (np.uint64(buf[pos + 3]) << np.uint64(24)))
-          count[row, col] += 1
+          count[col, row] = min(count[col, row] + 1, 2)
           pos += 4
       pos = stop
     else:
@@ -441,19 +463,20 @@ def _next_field1(buf, pos, end):
         return -1, 0, 0
       continue
     n, pos = _get_varint(buf, pos, end)
-    stop = pos + np.int64(n)
-    if pos < 0 or stop > end:
+    if pos < 0 or n > np.uint64(end - pos):
       return -1, 0, 0
+    stop = pos + np.int64(n)
     return 1, pos, stop
   return 0, end, end
 
 
 @numba.njit(cache=True, nogil=True)
 def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
-  """Fills count/bits/spans [row, column] from the Examples buf[starts[i]:ends[i]].
+  """Fills count/bits [column, row] and spans [0 start / 1 length, column, row] from the
+  Examples buf[starts[i]:ends[i]].
 
-  Returns (error code, row). bits: int64 two's complement or float32 bit pattern; spans:
-  (start, length) of a bytes value in buf.
+  Returns (error code, row). count: 0, 1 or 2 (more than one) values; bits: int64 two's
+  complement or float32 bit pattern; spans: the bytes value in buf.
   """
   for row in range(starts.size):
     pos, end = starts[row], ends[row]
@@ -479,9 +502,9 @@ def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
             return 1, row
           if tag == 0x0A or tag == 0x12:
             n, pos = _get_varint(buf, pos, eend)
-            stop = pos + np.int64(n)
-            if pos < 0 or stop > eend:
+            if pos < 0 or n > np.uint64(eend - pos):
               return 1, row
+            stop = pos + np.int64(n)
             if tag == 0x0A:
               col = _column_of(buf, pos, stop, names, name_starts, hint)
             else:
@@ -495,7 +518,7 @@ def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
           hint = col + 1
         if col < 0 or vlo < 0:
           continue  # a feature of no column, or no value: ignored / missing
-        count[row, col] = 0  # a repeated key: the last entry wins, as in protobuf maps
+        count[col, row] = 0  # a repeated key: the last entry wins, as in protobuf maps
         p = vlo
         while p < vhi:  # Feature: oneof bytes_list (1), float_list (2), int64_list (3)
           tag, p = _get_varint(buf, p, vhi)
@@ -508,33 +531,33 @@ def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
               return 1, row
             continue
           n, p = _get_varint(buf, p, vhi)
-          stop = p + np.int64(n)
-          if p < 0 or stop > vhi:
+          if p < 0 or n > np.uint64(vhi - p):
             return 1, row
+          stop = p + np.int64(n)
           kind = kinds[col]
           if (field == 1 and kind != 2) or (field == 2 and kind != 1) or \
               (field == 3 and kind != 0):
             return 3, row
-          count[row, col] = 0  # oneof: the last list set wins
+          count[col, row] = 0  # oneof: the last list set wins
           err = _list_values(buf, p, stop, kind, row, col, count, bits, spans)
           if err:
             return err, row
           p = stop
         pos = eend
-  for row in range(count.shape[0]):
-    for c in range(count.shape[1]):
-      if count[row, c] > 1:
+  for row in range(count.shape[1]):
+    for c in range(count.shape[0]):
+      if count[c, row] > 1:
         return 2, row
   return 0, 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _gather(buf, spans, valid, offsets, out):
-  for i in range(spans.shape[0]):
+def _gather(buf, starts, lengths, valid, offsets, out):
+  for i in range(starts.shape[0]):
     if valid[i]:
-      s = spans[i, 0]
+      s = starts[i]
       o = offsets[i]
-      for k in range(spans[i, 1]):
+      for k in range(lengths[i]):
         out[o + k] = buf[s + k]
 
 
@@ -559,6 +582,25 @@ def decode_tfrecord(data, columns):
   starts, ends, error, pos = _frames(buf, _CRC_TABLE)
   if error:
     raise TFRecordError(f"{_FRAME_ERRORS[error]} at byte {pos}")
+  return _decode_records(buf, starts, ends, columns)
+
+
+def decode_examples(data, offsets, columns):
+  """decode_tfrecord for serialized tf.Examples back to back (encode_examples' output): record
+  i is data[offsets[i]:offsets[i + 1]]."""
+  buf = np.frombuffer(data, dtype=np.uint8)
+  offsets = np.asarray(offsets, dtype=np.int64)
+  return _decode_records(buf, offsets[:-1], offsets[1:], columns)
+
+
+def _validity(valid):
+  """(Arrow validity buffer or None when all valid, mask for pa.array or None)."""
+  if valid.all():
+    return None, None
+  return pa.py_buffer(np.packbits(valid, bitorder="little")), ~valid
+
+
+def _decode_records(buf, starts, ends, columns):
   columns = list(columns)
   order = sorted(range(len(columns)), key=lambda c: columns[c][0].encode("utf-8"))
   position = {c: i for i, c in enumerate(order)}  # kernel column of each requested column
@@ -569,31 +611,29 @@ def decode_tfrecord(data, columns):
       else np.zeros(1, dtype=np.uint8)
   kinds = np.array([_kind(columns[c][1]) for c in order], dtype=np.int64)
   n = len(starts)
-  count = np.zeros((n, len(columns)), dtype=np.int64)
-  bits = np.zeros((n, len(columns)), dtype=np.uint64)
-  spans = np.zeros((n, len(columns), 2), dtype=np.int64)
+  count = np.zeros((len(columns), n), dtype=np.uint8)
+  bits = np.zeros((len(columns), n), dtype=np.uint64)
+  spans = np.zeros((2, len(columns), n), dtype=np.int64)
   error, row = _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans)
   if error:
     raise TFRecordError(f"record {row}: {_DECODE_ERRORS[error]}")
   arrays = []
   for name, typ in columns:
     c = position[len(arrays)]
-    valid = count[:, c] == 1
-    mask = ~valid
+    valid = count[c] == 1
+    bitmap, mask = _validity(valid)
     if kinds[c] == KIND_INT:
-      arr = pa.array(bits[:, c].view(np.int64), mask=mask).cast(typ)
+      arr = pa.array(bits[c].view(np.int64), mask=mask).cast(typ)
     elif kinds[c] == KIND_FLOAT:
-      f32 = bits[:, c].astype(np.uint32).view(np.float32)
-      arr = pa.array(f32, mask=mask).cast(typ)
+      arr = pa.array(bits[c].astype(np.uint32).view(np.float32), mask=mask).cast(typ)
     else:
-      lengths = np.where(valid, spans[:, c, 1], 0)
+      lengths = np.where(valid, spans[1, c], 0)
       offsets = np.zeros(n + 1, dtype=np.int64)
       np.cumsum(lengths, out=offsets[1:])
       out = np.empty(offsets[-1], dtype=np.uint8)
-      _gather(buf, spans[:, c], valid, offsets, out)
+      _gather(buf, spans[0, c], spans[1, c], valid, offsets, out)
       arr = pa.Array.from_buffers(pa.large_binary(), n,
-                                  [None, pa.py_buffer(offsets), pa.py_buffer(out)])
-      arr = pc.if_else(pa.array(mask), pa.scalar(None, pa.large_binary()), arr)
+                                  [bitmap, pa.py_buffer(offsets), pa.py_buffer(out)])
       arr = arr.cast(pa.large_string()).cast(typ) if pa.types.is_string(typ) or \
           pa.types.is_large_string(typ) else arr.cast(typ)
     arrays.append(arr)
