@@ -391,9 +391,9 @@ def _column_of(buf, lo, hi, names, name_starts, hint):
 
 
 @numba.njit(inline="always")
-def _list_values(buf, pos, end, kind, row, col, count, bits, spans):
-  """Reads the Int64List/FloatList/BytesList message buf[pos:end] into col/row; 0 or an error.
-  count saturates at 2 (one value, or more than one)."""
+def _list_values(buf, pos, end, kind, row, col, slot, count, bits, spans):
+  """Reads the Int64List/FloatList/BytesList message buf[pos:end] into column col (its values
+  at `slot` of bits or spans) of `row`; 0 or an error. count saturates at 2 (more than one)."""
   while pos < end:
     tag, pos = _get_varint(buf, pos, end)
     if pos < 0:
@@ -408,12 +408,12 @@ def _list_values(buf, pos, end, kind, row, col, count, bits, spans):
       v, pos = _get_varint(buf, pos, end)
       if pos < 0:
         return 1
-      bits[col, row] = v
+      bits[slot, row] = v
       count[col, row] = min(count[col, row] + 1, 2)
     elif kind == 1 and wire == _FIXED32:  # unpacked float
       if pos + 4 > end:
         return 1
-      bits[col, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
+      bits[slot, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
                         | (np.uint64(buf[pos + 2]) << np.uint64(16))
                         | (np.uint64(buf[pos + 3]) << np.uint64(24)))
       count[col, row] = min(count[col, row] + 1, 2)
@@ -424,21 +424,21 @@ def _list_values(buf, pos, end, kind, row, col, count, bits, spans):
         return 1
       stop = pos + np.int64(n)
       if kind == 2:  # one bytes value
-        spans[0, col, row] = pos
-        spans[1, col, row] = stop - pos
+        spans[0, slot, row] = pos
+        spans[1, slot, row] = stop - pos
         count[col, row] = min(count[col, row] + 1, 2)
       elif kind == 0:  # packed varints
         while pos < stop:
           v, pos = _get_varint(buf, pos, stop)
           if pos < 0:
             return 1
-          bits[col, row] = v
+          bits[slot, row] = v
           count[col, row] = min(count[col, row] + 1, 2)
       else:  # packed floats
         if (stop - pos) % 4:
           return 1
         while pos < stop:
-          bits[col, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
+          bits[slot, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
                             | (np.uint64(buf[pos + 2]) << np.uint64(16))
                             | (np.uint64(buf[pos + 3]) << np.uint64(24)))
           count[col, row] = min(count[col, row] + 1, 2)
@@ -471,9 +471,10 @@ def _next_field1(buf, pos, end):
 
 
 @numba.njit(cache=True, nogil=True)
-def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
-  """Fills count/bits [column, row] and spans [0 start / 1 length, column, row] from the
-  Examples buf[starts[i]:ends[i]].
+def _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, spans):
+  """Fills count [column, row], bits [slot, row] (int and float columns) and spans
+  [0 start / 1 length, slot, row] (bytes columns) from the Examples buf[starts[i]:ends[i]];
+  slots[c] is column c's row in bits or spans.
 
   Returns (error code, row). count: 0, 1 or 2 (more than one) values; bits: int64 two's
   complement or float32 bit pattern; spans: the bytes value in buf.
@@ -539,7 +540,7 @@ def _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans):
               (field == 3 and kind != 0):
             return 3, row
           count[col, row] = 0  # oneof: the last list set wins
-          err = _list_values(buf, p, stop, kind, row, col, count, bits, spans)
+          err = _list_values(buf, p, stop, kind, row, col, slots[col], count, bits, spans)
           if err:
             return err, row
           p = stop
@@ -610,11 +611,15 @@ def _decode_records(buf, starts, ends, columns):
   names = np.frombuffer(b"".join(encoded), dtype=np.uint8) if encoded and name_starts[-1] \
       else np.zeros(1, dtype=np.uint8)
   kinds = np.array([_kind(columns[c][1]) for c in order], dtype=np.int64)
+  is_bytes = kinds == KIND_BYTES
+  slots = np.zeros(len(kinds), dtype=np.int64)  # row of each column in bits / in spans
+  slots[~is_bytes] = np.arange(int((~is_bytes).sum()))
+  slots[is_bytes] = np.arange(int(is_bytes.sum()))
   n = len(starts)
   count = np.zeros((len(columns), n), dtype=np.uint8)
-  bits = np.zeros((len(columns), n), dtype=np.uint64)
-  spans = np.zeros((2, len(columns), n), dtype=np.int64)
-  error, row = _decode(buf, starts, ends, names, name_starts, kinds, count, bits, spans)
+  bits = np.zeros((int((~is_bytes).sum()), n), dtype=np.uint64)
+  spans = np.zeros((2, int(is_bytes.sum()), n), dtype=np.int64)
+  error, row = _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, spans)
   if error:
     raise TFRecordError(f"record {row}: {_DECODE_ERRORS[error]}")
   arrays = []
@@ -622,16 +627,17 @@ def _decode_records(buf, starts, ends, columns):
     c = position[len(arrays)]
     valid = count[c] == 1
     bitmap, mask = _validity(valid)
+    k = slots[c]
     if kinds[c] == KIND_INT:
-      arr = pa.array(bits[c].view(np.int64), mask=mask).cast(typ)
+      arr = pa.array(bits[k].view(np.int64), mask=mask).cast(typ)
     elif kinds[c] == KIND_FLOAT:
-      arr = pa.array(bits[c].astype(np.uint32).view(np.float32), mask=mask).cast(typ)
+      arr = pa.array(bits[k].astype(np.uint32).view(np.float32), mask=mask).cast(typ)
     else:
-      lengths = np.where(valid, spans[1, c], 0)
+      lengths = np.where(valid, spans[1, k], 0)
       offsets = np.zeros(n + 1, dtype=np.int64)
       np.cumsum(lengths, out=offsets[1:])
       out = np.empty(offsets[-1], dtype=np.uint8)
-      _gather(buf, spans[0, c], spans[1, c], valid, offsets, out)
+      _gather(buf, spans[0, k], spans[1, k], valid, offsets, out)
       arr = pa.Array.from_buffers(pa.large_binary(), n,
                                   [bitmap, pa.py_buffer(offsets), pa.py_buffer(out)])
       arr = arr.cast(pa.large_string()).cast(typ) if pa.types.is_string(typ) or \
