@@ -7,7 +7,6 @@ one-element list; a missing value is an absent feature (decoded as null).
 import numba
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 __all__ = ["encode_tfrecord", "decode_tfrecord", "encode_examples", "decode_examples",
            "read_records", "TFRecordError"]
