@@ -110,8 +110,13 @@ def test_codings_agree_on_random_records(data):
   seed = data.draw(st.integers(0, 2**64 - 1))
   batch = pa.record_batch(cols)
   vectorised = fingerprint.fingerprint_batch(batch, fields, seed=seed)
+  record_fps, field_fps = fingerprint.fingerprint_fields(batch, fields, seed=seed)
+  assert sorted(field_fps) == fields
   for i, row in enumerate(batch.to_pylist()):
     assert int(vectorised[i]) == fingerprint.fingerprint_record(row, fields, seed=seed)
+    assert int(record_fps[i]) == int(vectorised[i])
+    for name in fields:  # each field's own fingerprint (MISSING where the batch lacks it)
+      assert int(field_fps[name][i]) == fingerprint.fingerprint_record(row, [name], seed=seed)
 
 
 def test_sliced_and_chunked_inputs_fingerprint_like_whole_ones():
@@ -130,3 +135,17 @@ def test_digest_is_order_independent_and_counts_duplicates():
                                    fingerprint.combine_digest(fps[2:]))
   assert halves == d
   assert fingerprint.combine_digest(fps[:3]) != fingerprint.combine_digest(fps[[0, 1]])
+
+
+def test_fingerprint_fields_equals_one_fingerprint_per_field_across_chunks():
+  n = 20_000  # several of the kernels' row chunks
+  rng = np.random.default_rng(5)
+  table = pa.table({"i": pa.array(rng.integers(-9, 9, n), mask=rng.random(n) < 0.1),
+                    "f": pa.array(rng.normal(size=n).astype(np.float32)),
+                    "s": pa.array([f"v{k % 37}" for k in range(n)]),
+                    "l": pa.array([[k] * (k % 3) for k in range(n)], pa.large_list(pa.int64()))})
+  record_fps, field_fps = fingerprint.fingerprint_fields(table, seed=7)
+  assert (record_fps == fingerprint.fingerprint_batch(table, seed=7)).all()
+  for name in table.schema.names:
+    assert (field_fps[name] == fingerprint.fingerprint_batch(table, [name], seed=7)).all()
+  assert len(set(field_fps["i"].tolist())) > 2 and not (field_fps["i"] == field_fps["f"]).any()

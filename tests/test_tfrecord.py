@@ -9,7 +9,8 @@ from transforms import tfrecord
 
 def _table():
   # String lengths 0..299 sweep the 1- and 2-byte varint boundaries of every length field
-  # (value, BytesList, Feature, map entry and Features message).
+  # (value, BytesList, Feature, map entry and Features message); ints sweep every varint length
+  # (1..10 bytes, negatives included).
   n = 300
   return pa.table({
       "s": pa.array(["x" * i if i % 7 else None for i in range(n)], pa.string()),
@@ -18,6 +19,10 @@ def _table():
       "f": pa.array([i / 7 if i % 3 else None for i in range(n)], pa.float64()),
       "ünï": pa.array([str(i) for i in range(n)], pa.string()),
       "a": pa.array([b"\x00\xff" * (i % 3) for i in range(n)], pa.binary()),
+      # a 130-byte name: two-byte key and entry lengths in every kind's map entry
+      "n" * 130: pa.array([-i if i % 2 else None for i in range(n)], pa.int64()),
+      "m" * 130: pa.array([i / 3 for i in range(n)], pa.float32()),
+      "o" * 130: pa.array([b"y" * i for i in range(n)], pa.binary()),
   })
 
 

@@ -16,9 +16,11 @@ columns (TFT passthrough), so each bundle splits its batches by bucket and write
 Arrow IPC part files under a temp folder, right where they are produced; only (bucket, part
 path) pairs cross the shuffle. One merge per bucket then reads its parts, sorts them by key
 (ties by the stage fingerprints: the result does not depend on bundling) and writes the final
-files; the transformed values are fingerprinted when the parts are written. Part writing runs one
-batch ahead on a worker thread and merges on a small thread pool (Arrow, Parquet and the numba
-kernels release the GIL); merge results are emitted in finish_bundle.
+files; the transformed values are fingerprinted there, over the bucket's values as the log holds
+them (parts stay small: the part writer shares TFT's transform pass, the merges run two at a
+time). Part writing runs one batch ahead on a worker thread and merges on a small thread pool
+(Arrow, Parquet and the numba kernels release the GIL); merge results are emitted in
+finish_bundle.
 """
 import concurrent.futures
 import uuid
@@ -139,9 +141,7 @@ class _WritePartsFn(AheadDoFn):
 
   Runs one batch ahead on a worker thread (AheadDoFn), overlapping TFT's transform of the next
   batch. Transformed features whose every row holds one value are stored flat (marked in the
-  field metadata), and each part carries fp_transform and fp__F computed over the values as
-  stored: the merge uses them as they are unless a feature is flat in some of a bucket's parts
-  and lists in others (then it recomputes them over the bucket's lists).
+  field metadata); the merge keeps them flat when all of a bucket's parts do (else lists).
   """
 
   def __init__(self, temp_dir, num_buckets, event_column, dropped):
@@ -161,16 +161,11 @@ class _WritePartsFn(AheadDoFn):
       skip = {KEY} | set(passthrough_columns(self._event_column))
       names = sorted(n for n in batch.schema.names if n not in skip)
       flats = [_one_value(batch.column(n)) for n in names]
-      values = pa.table([batch.column(n) if f is None else f for n, f in zip(names, flats)],
-                        names=names)
-      fields.append(pa.field("fp_transform", pa.uint64()))
-      arrays.append(pa.array(fingerprint.fingerprint_batch(values)))
       for name, flat in zip(names, flats):
-        fields.append(pa.field(f"fp__{name}", pa.uint64()))
-        arrays.append(pa.array(fingerprint.fingerprint_batch(values, [name])))
-        fields.append(pa.field(f"value__{name}", values.column(name).type,
+        column = batch.column(name) if flat is None else flat
+        fields.append(pa.field(f"value__{name}", column.type,
                                metadata=None if flat is None else {_ONE_VALUE: b"1"}))
-        arrays.append(values.column(name))
+        arrays.append(column)
     table = pa.Table.from_arrays(arrays, schema=pa.schema(
         fields, metadata={_KIND: b"dropped" if self._dropped else b"kept"}))
     buckets = bucket_of(cols["key"], self._num_buckets)
@@ -221,26 +216,18 @@ def _sorted(table):
   return table.take(pc.sort_indices(table, keys))
 
 
-def _is_one_value(field):
-  return bool(field.metadata and field.metadata.get(_ONE_VALUE))
-
-
 def _kept_log(parts):
   """The log rows of a bucket's transformed records: stage columns, fp_transform, fp__F and
-  value__F per feature F (sorted by name)."""
+  value__F per feature F (sorted by name); the fingerprints are over the values as the log
+  holds them."""
   names = sorted(n[len("value__"):] for n in parts[0].schema.names if n.startswith("value__"))
-  mixed = [n for n in names
-           if len({_is_one_value(t.schema.field("value__" + n)) for t in parts}) > 1]
-  if not mixed:  # every feature stored alike in every part: the parts' fingerprints hold
-    return pa.concat_tables([t.replace_schema_metadata(None) for t in parts]), names
   head = pa.concat_tables([t.select(_HEAD) for t in parts])
   values = pa.table([_feature_column(parts, "value__" + n) for n in names], names=names)
+  record_fp, feature_fps = fingerprint.fingerprint_fields(values)
   cols = {c: head.column(c) for c in _HEAD}
-  cols["fp_transform"] = pa.array(fingerprint.fingerprint_batch(values))
+  cols["fp_transform"] = pa.array(record_fp)
   for n in names:
-    cols[f"fp__{n}"] = (pa.array(fingerprint.fingerprint_batch(values, [n])) if n in mixed
-                        else pa.concat_arrays([t.column(f"fp__{n}").combine_chunks()
-                                               for t in parts]))
+    cols[f"fp__{n}"] = pa.array(feature_fps[n])
     cols[f"value__{n}"] = values.column(n)
   return pa.table(cols), names
 

@@ -29,8 +29,8 @@ import xxhash
 from transforms.xxh64 import (KIND_BYTES, KIND_FLOAT, KIND_INT, KIND_LIST, KIND_MISSING,
                               KIND_NULL, hash_fields, prefix_state)
 
-__all__ = ["SALT", "fingerprint_batch", "fingerprint_record", "encode_record", "combine_digest",
-           "empty_digest", "add_digests", "MISSING"]
+__all__ = ["SALT", "fingerprint_batch", "fingerprint_fields", "fingerprint_record", "encode_record",
+           "combine_digest", "empty_digest", "add_digests", "MISSING"]
 
 SALT = b"SKWTFP01"
 TAG_MISSING, TAG_NULL, TAG_INT, TAG_FLOAT, TAG_BYTES, TAG_LIST = range(6)
@@ -259,14 +259,13 @@ def _field_inputs(arr, n):
   raise TypeError(f"cannot fingerprint Arrow type {t}")
 
 
-def fingerprint_batch(batch, fields=None, seed=0):
-  """uint64 fingerprint of every row of `batch` over `fields` (default: all its columns).
+def _chunks(columns, n, enc):
+  """(lo, hi, kinds, valid, words, starts, bbuf, wbuf) per chunk of rows: the kernels' inputs
+  for fields `enc` (UTF-8 names, in order), [row, field] side by side.
 
-  A name in `fields` that the batch lacks is MISSING in every row.
+  The kernels want one row's inputs side by side; assembling that layout in cache-sized chunks,
+  into buffers reused from chunk to chunk, costs little.
   """
-  columns, n = _as_columns(batch)
-  names = list(columns) if fields is None else list(fields)
-  header, enc = _header(names)
   inputs = [_field_inputs(columns.get(e.decode("utf-8")), n) for e in enc]
   nf = len(inputs)
   kinds = np.array([i[0] for i in inputs], dtype=np.int8)
@@ -282,11 +281,6 @@ def fingerprint_batch(batch, fields=None, seed=0):
     for f in group:
       bases[f] = base
       base += inputs[f][4].size
-  prefix = np.frombuffer(header, dtype="<u8").astype(np.uint64)
-  state0 = prefix_state(prefix, seed)
-  out = np.empty(n, dtype=np.uint64)
-  # The kernel wants one row's inputs side by side ([row, field]); assembling that layout in
-  # cache-sized chunks, into buffers reused from chunk to chunk, costs little.
   valid = np.zeros((min(n, _CHUNK), nf), dtype=np.bool_)
   words = np.zeros((min(n, _CHUNK), nf), dtype=np.uint64)
   starts = np.zeros((min(n, _CHUNK) + 1, nf), dtype=np.int64)
@@ -300,9 +294,45 @@ def fingerprint_batch(batch, fields=None, seed=0):
         words[:m, f] = w[lo:hi]
       if offsets is not None:
         starts[:m + 1, f] = offsets[lo:hi + 1] + bases[f]
-    out[lo:hi] = hash_fields(state0, prefix.size, kinds, valid[:m], words[:m], starts[:m + 1],
-                             bbuf, wbuf)
+    yield lo, hi, kinds, valid[:m], words[:m], starts[:m + 1], bbuf, wbuf
+
+
+def _header_state(header, seed):
+  prefix = np.frombuffer(header, dtype="<u8").astype(np.uint64)
+  return prefix_state(prefix, seed), prefix.size
+
+
+def fingerprint_batch(batch, fields=None, seed=0):
+  """uint64 fingerprint of every row of `batch` over `fields` (default: all its columns).
+
+  A name in `fields` that the batch lacks is MISSING in every row.
+  """
+  columns, n = _as_columns(batch)
+  header, enc = _header(list(columns) if fields is None else list(fields))
+  state0, words0 = _header_state(header, seed)
+  out = np.empty(n, dtype=np.uint64)
+  for lo, hi, *inputs in _chunks(columns, n, enc):
+    out[lo:hi] = hash_fields(state0, words0, *inputs)
   return out
+
+
+def fingerprint_fields(batch, fields=None, seed=0):
+  """(fingerprint_batch(batch, fields, seed), {name: fingerprint_batch(batch, [name], seed)} for
+  each name of `fields`): a record's fingerprint and each field's own, from one assembly of the
+  kernel inputs."""
+  columns, n = _as_columns(batch)
+  header, enc = _header(list(columns) if fields is None else list(fields))
+  state0, words0 = _header_state(header, seed)
+  each = [_header_state(_header([e.decode("utf-8")])[0], seed) for e in enc]
+  out = np.empty(n, dtype=np.uint64)
+  per_field = np.empty((len(enc), n), dtype=np.uint64)
+  for lo, hi, kinds, valid, words, starts, bbuf, wbuf in _chunks(columns, n, enc):
+    out[lo:hi] = hash_fields(state0, words0, kinds, valid, words, starts, bbuf, wbuf)
+    for f, (state, nwords) in enumerate(each):
+      one = slice(f, f + 1)
+      per_field[f, lo:hi] = hash_fields(state, nwords, kinds[one], valid[:, one], words[:, one],
+                                        starts[:, one], bbuf, wbuf)
+  return out, {e.decode("utf-8"): per_field[f] for f, e in enumerate(enc)}
 
 
 # --------------------------------------------------------------------------- digests

@@ -75,39 +75,50 @@ def _crc32c_masked(buf, lo, hi, t):
 
 
 @numba.njit(inline="always")
-def _feature_len(kind, ival, blen):
-  """Bytes of one Feature message holding a single value."""
-  if kind == 0:
-    inner = 1 + 1 + _varint_len(np.uint64(ival))  # Int64List: 0x0A len varint (packed)
-  elif kind == 1:
-    inner = 1 + 1 + 4  # FloatList: 0x0A 0x04 f32
-  else:
-    inner = 1 + _varint_len(np.uint64(blen)) + blen  # BytesList: 0x0A len bytes
-  return 1 + _varint_len(np.uint64(inner)) + inner, inner
+def _bytes_entry_len(klen, blen):
+  """Bytes of a map entry (its tag and length included) holding one BytesList value."""
+  inner = 1 + _varint_len(np.uint64(blen)) + blen  # BytesList: 0x0A len bytes
+  flen = 1 + _varint_len(np.uint64(inner)) + inner
+  entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
+  return 1 + _varint_len(np.uint64(entry)) + entry, entry, flen, inner
+
+
+@numba.njit(inline="always")
+def _template(kind, ival):
+  """Which template of a feature's entry a value uses: its varint length (int), 0 (float)."""
+  return _varint_len(np.uint64(ival)) if kind == 0 else 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _sizes(kinds, name_starts, valid, ivals, bstart, sizes, feat_sizes):
+def _sizes(kinds, name_starts, tlen, valid, ivals, bstart, sizes, feat_sizes):
   """Per row: serialized Example bytes (sizes) and its Features message bytes (feat_sizes)."""
   n, nf = valid.shape
   for i in range(n):
     feats = 0
     for f in range(nf):
-      if valid[i, f]:
-        klen = name_starts[f + 1] - name_starts[f]
-        flen, _ = _feature_len(kinds[f], ivals[i, f], bstart[i + 1, f] - bstart[i, f])
-        entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
-        feats += 1 + _varint_len(np.uint64(entry)) + entry
+      if not valid[i, f]:
+        continue
+      kind = kinds[f]
+      if kind == 0:
+        t = _template(kind, ivals[i, f])
+        feats += tlen[f, t] + t
+      elif kind == 1:
+        feats += tlen[f, 0] + 4
+      else:
+        feats += _bytes_entry_len(name_starts[f + 1] - name_starts[f],
+                                  bstart[i + 1, f] - bstart[i, f])[0]
     feat_sizes[i] = feats
     sizes[i] = 1 + _varint_len(np.uint64(feats)) + feats
 
 
 @numba.njit(cache=True, nogil=True)
-def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table, sizes,
-            feat_sizes, out, pos, framed):
+def _encode(kinds, names, name_starts, tmpl, toff, tlen, valid, ivals, fbits, bstart, bdata,
+            table, sizes, feat_sizes, out, pos, framed):
   """Writes deterministic tf.Examples (features sorted by name, nulls omitted) into out from
   byte pos, as TFRecords (framed) or back to back; returns the end position.
 
+  An int or float feature's map entry is a fixed template (tmpl[toff[f, t]:][:tlen[f, t]], t
+  from _template) followed by the value's bytes; a bytes feature's entry is built here.
   valid/ivals/fbits are [row, feature]; bstart is [row + 1, feature], offsets into bdata.
   """
   n, nf = valid.shape
@@ -122,51 +133,46 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
         out[pos + 8 + q] = np.uint8((c >> np.uint32(8 * q)) & np.uint32(0xFF))
       start = pos + 12
     p = start
-    feats = feat_sizes[i]
     # Example.features (field 1) -> Features.feature map entries (field 1).
     out[p] = 0x0A
-    p = _put_varint(out, p + 1, np.uint64(feats))
+    p = _put_varint(out, p + 1, np.uint64(feat_sizes[i]))
     for f in range(nf):
       if not valid[i, f]:
+        continue
+      kind = kinds[f]
+      if kind != 2:
+        t = _template(kind, ivals[i, f])
+        t0 = toff[f, t]
+        tl = tlen[f, t]
+        out[p:p + tl] = tmpl[t0:t0 + tl]
+        p += tl
+        if kind == 0:
+          p = _put_varint(out, p, np.uint64(ivals[i, f]))
+        else:
+          bits = fbits[i, f]
+          for q in range(4):
+            out[p + q] = np.uint8((bits >> np.uint32(8 * q)) & np.uint32(0xFF))
+          p += 4
         continue
       k0 = name_starts[f]
       klen = name_starts[f + 1] - k0
       b0 = bstart[i, f]
       blen = bstart[i + 1, f] - b0
-      flen, inner = _feature_len(kinds[f], ivals[i, f], blen)
-      entry = 1 + _varint_len(np.uint64(klen)) + klen + 1 + _varint_len(np.uint64(flen)) + flen
+      _, entry, flen, inner = _bytes_entry_len(klen, blen)
       out[p] = 0x0A
       p = _put_varint(out, p + 1, np.uint64(entry))
       out[p] = 0x0A  # key
       p = _put_varint(out, p + 1, np.uint64(klen))
-      for q in range(klen):
-        out[p + q] = names[k0 + q]
+      out[p:p + klen] = names[k0:k0 + klen]
       p += klen
       out[p] = 0x12  # value: Feature
       p = _put_varint(out, p + 1, np.uint64(flen))
-      if kinds[f] == 0:
-        out[p] = 0x1A  # int64_list
-        p = _put_varint(out, p + 1, np.uint64(inner))
-        out[p] = 0x0A
-        p = _put_varint(out, p + 1, np.uint64(_varint_len(np.uint64(ivals[i, f]))))
-        p = _put_varint(out, p, np.uint64(ivals[i, f]))
-      elif kinds[f] == 1:
-        out[p] = 0x12  # float_list
-        out[p + 1] = 6
-        out[p + 2] = 0x0A
-        out[p + 3] = 4
-        bits = fbits[i, f]
-        for q in range(4):
-          out[p + 4 + q] = np.uint8((bits >> np.uint32(8 * q)) & np.uint32(0xFF))
-        p += 8
-      else:
-        out[p] = 0x0A  # bytes_list
-        p = _put_varint(out, p + 1, np.uint64(inner))
-        out[p] = 0x0A
-        p = _put_varint(out, p + 1, np.uint64(blen))
-        for q in range(blen):
-          out[p + q] = bdata[b0 + q]
-        p += blen
+      out[p] = 0x0A  # bytes_list
+      p = _put_varint(out, p + 1, np.uint64(inner))
+      out[p] = 0x0A
+      p = _put_varint(out, p + 1, np.uint64(blen))
+      out[p:p + blen] = bdata[b0:b0 + blen]
+      p += blen
     if framed:
       c = _crc32c_masked(out, start, p, table)
       for q in range(4):
@@ -174,6 +180,41 @@ def _encode(kinds, names, name_starts, valid, ivals, fbits, bstart, bdata, table
       p += 4
     pos = p
   return pos
+
+
+def _varint(v):
+  out = bytearray()
+  while v >= 128:
+    out.append((v & 127) | 128)
+    v >>= 7
+  out.append(v)
+  return bytes(out)
+
+
+def _templates(kinds, names):
+  """(tmpl, toff, tlen): per int/float feature the bytes of its map entry before the value --
+  entry tag and length, key, Feature and list headers -- for each value length t (1..10 bytes
+  of an int's varint; t = 0 for a float's 4 bytes): protobuf's encoding of a one-value
+  Int64List (packed) / FloatList entry, all but the value fixed by the name."""
+  toff = np.zeros((len(names), 11), np.int64)
+  tlen = np.zeros((len(names), 11), np.int64)
+  parts, base = [], 0
+  for f, (kind, name) in enumerate(zip(kinds, names)):
+    if kind == KIND_BYTES:
+      continue
+    for t in (range(1, 11) if kind == KIND_INT else [0]):
+      if kind == KIND_INT:  # int64_list (field 3): packed values (field 1, one varint of t bytes)
+        value_len, feature = t, b"\x1a" + _varint(2 + t) + b"\x0a" + bytes([t])
+      else:  # float_list (field 2): packed values (field 1, 4 bytes)
+        value_len, feature = 4, b"\x12\x06\x0a\x04"
+      content = (b"\x0a" + _varint(len(name)) + name + b"\x12" +
+                 _varint(len(feature) + value_len) + feature)
+      head = b"\x0a" + _varint(len(content) + value_len) + content
+      parts.append(head)
+      toff[f, t], tlen[f, t] = base, len(head)
+      base += len(head)
+  tmpl = np.frombuffer(b"".join(parts), dtype=np.uint8) if parts else np.zeros(0, np.uint8)
+  return tmpl, toff, tlen
 
 
 def encode_tfrecord(table):
@@ -229,6 +270,7 @@ def _encode_table(table, framed):
       base += int(offsets[-1] - offsets[0]) if n else 0
     columns.append((valid, ints, floats, offsets))
   bdata = np.concatenate(datas) if datas else np.zeros(0, np.uint8)
+  tmpl, toff, tlen = _templates(kinds, names)
   names = np.frombuffer(b"".join(names), dtype=np.uint8)
   # The kernels read one row's features side by side ([row, feature]): assembled in
   # cache-sized chunks into buffers reused from chunk to chunk. Pass 1 sizes every record,
@@ -256,13 +298,14 @@ def _encode_table(table, framed):
       yield lo, hi, m
 
   for lo, hi, m in chunks():
-    _sizes(kinds, name_starts, valid[:m], ivals[:m], bstart[:m + 1], sizes[lo:hi],
+    _sizes(kinds, name_starts, tlen, valid[:m], ivals[:m], bstart[:m + 1], sizes[lo:hi],
            feat_sizes[lo:hi])
   out = np.empty(int(sizes.sum()) + (16 * n if framed else 0), dtype=np.uint8)
   pos = 0
   for lo, hi, m in chunks():
-    pos = _encode(kinds, names, name_starts, valid[:m], ivals[:m], fbits[:m], bstart[:m + 1],
-                  bdata, _CRC_TABLE, sizes[lo:hi], feat_sizes[lo:hi], out, pos, framed)
+    pos = _encode(kinds, names, name_starts, tmpl, toff, tlen, valid[:m], ivals[:m], fbits[:m],
+                  bstart[:m + 1], bdata, _CRC_TABLE, sizes[lo:hi], feat_sizes[lo:hi], out, pos,
+                  framed)
   return out, sizes
 
 
