@@ -11,7 +11,11 @@ ingests it once (not timed), then times in separate processes, one after the oth
       estimate its size at every step);
   (1s) the same with the RecordBatch input typed, so Beam uses transforms/arrow_coder.py's coder
       as the features job does: the strict baseline, the target is judged against it;
-  (2) pipelines.features with profiles/offline.yaml, DirectRunner.
+  (2) pipelines.features with profiles/offline.yaml, DirectRunner;
+  (2n) the same job with its feature-log branch replaced by a row count, as bare TFT counts its
+      output (an ablation run by this script, not a mode of the job): (2n) - (1s) is what the
+      stages before TFT, the passthrough columns, the counts pass and the job's set-up cost,
+      (2) - (2n) what the feature log and transformed/ cost.
 Prints wall times (and the CPU time and the 1-minute load average before each run: the machine is
 shared, so a loaded run shows it) and the overhead of (2) over (1) and (1s). With --repeat N the
 three run N times, alternating, and each overhead is printed with the median.
@@ -65,6 +69,24 @@ with beam.Pipeline() as p:
 '''
 
 
+NO_LOG = r'''
+import sys, apache_beam as beam
+from pipelines import features
+from transforms import feature_log
+
+class CountOnly(beam.PTransform):
+  """(transformed, dropped batches) -> nothing: their rows counted, no log written."""
+  def __init__(self, *unused):
+    super().__init__()
+  def expand(self, pcolls):
+    return (pcolls | beam.Flatten() | beam.Map(lambda b: b.num_rows) | beam.CombineGlobally(sum)
+            | beam.FlatMap(lambda n: []))
+
+feature_log.WriteFeatureLog = CountOnly
+sys.exit(features.run(sys.argv[1:]))
+'''
+
+
 def timed(cmd):
   """(wall seconds, CPU seconds of the child, load average before) of one process."""
   load = os.getloadavg()[0]
@@ -91,18 +113,22 @@ def main():
     for i in range(args.repeat):
       bare = timed([py, "-c", BARE, data, os.path.join(d, f"bare{i}"), "untyped"])
       strict = timed([py, "-c", BARE, data, os.path.join(d, f"strict{i}"), "typed"])
-      feats = timed([py, "-m", "pipelines.features", "--input_dir", data, "--output_dir",
-                     os.path.join(d, f"features{i}"), "--profile",
-                     os.path.join(ROOT, "profiles", "offline.yaml")])
+      job = ["--input_dir", data, "--profile", os.path.join(ROOT, "profiles", "offline.yaml")]
+      feats = timed([py, "-m", "pipelines.features", "--output_dir",
+                     os.path.join(d, f"features{i}")] + job)
+      no_log = timed([py, "-c", NO_LOG, "--output_dir", os.path.join(d, f"nolog{i}")] + job)
       ratios.append(feats[0] / bare[0] - 1)
       strict_ratios.append(feats[0] / strict[0] - 1)
       print(f"run {i + 1}:")
       for label, (wall, cpu, load) in [("(1) bare TFT, untyped input", bare),
                                        ("(1s) bare TFT, typed RecordBatch input", strict),
-                                       ("(2) pipelines.features (all stages, log)", feats)]:
+                                       ("(2) pipelines.features (all stages, log)", feats),
+                                       ("(2n) the same without the feature log", no_log)]:
         print(f"  {label + ':':43s} {wall:6.1f} s  (CPU {cpu:.1f} s, load {load:.2f})")
       print(f"  overhead (2)/(1) - 1 = {ratios[-1]:+.1%};  (2)/(1s) - 1 = "
             f"{strict_ratios[-1]:+.1%}   (target <= +15%)")
+      print(f"  of which (2n)/(1s) - 1 = {no_log[0] / strict[0] - 1:+.1%} before the log, "
+            f"(2)/(2n) - 1 = {feats[0] / no_log[0] - 1:+.1%} the log")
     if args.repeat > 1:
       print(f"median overhead: vs (1) {statistics.median(ratios):+.1%}, vs (1s) "
             f"{statistics.median(strict_ratios):+.1%}")
