@@ -78,9 +78,9 @@ class CountOnly(beam.PTransform):
   """(transformed, dropped batches) -> nothing: their rows counted, no log written."""
   def __init__(self, *unused):
     super().__init__()
-  def expand(self, pcolls):
-    return (pcolls | beam.Flatten() | beam.Map(lambda b: b.num_rows) | beam.CombineGlobally(sum)
-            | beam.FlatMap(lambda n: []))
+  def expand(self, pcolls):  # counted where produced: only the counts are flattened
+    counts = [p | f"Rows{i}" >> beam.Map(lambda b: b.num_rows) for i, p in enumerate(pcolls)]
+    return counts | beam.Flatten() | beam.CombineGlobally(sum) | beam.FlatMap(lambda n: [])
 
 feature_log.WriteFeatureLog = CountOnly
 sys.exit(features.run(sys.argv[1:]))
