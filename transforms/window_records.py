@@ -40,16 +40,18 @@ def assign_windows(batch, event_column, profile, watermark):
     start = end - size
   late = np.zeros(len(t), dtype=bool) if profile.allowed_lateness is None or \
       watermark is None else end + profile.allowed_lateness <= watermark
-  reasons = np.where(~has_t, "missing event time",
-                     np.where(late, "late: window end + allowed lateness <= watermark", ""))
-  keep = reasons == ""
+  keep = has_t & ~late
   if keep.all():  # the common case: no copy of the batch
     kept, dropped = batch, batch.slice(0, 0)
+    kept = kept.append_column(WINDOW_START, pa.array(start)) \
+        .append_column(WINDOW_END, pa.array(end))
   else:
     kept, dropped = batch.filter(pa.array(keep)), batch.filter(pa.array(~keep))
-  kept = kept.append_column(WINDOW_START, pa.array(start[keep])) \
-      .append_column(WINDOW_END, pa.array(end[keep]))
-  dropped = dropped.append_column(DROP_REASON, pa.array(reasons[~keep], pa.string()))
+    kept = kept.append_column(WINDOW_START, pa.array(start[keep])) \
+        .append_column(WINDOW_END, pa.array(end[keep]))
+  reasons = np.where(has_t[~keep], "late: window end + allowed lateness <= watermark",
+                     "missing event time")
+  dropped = dropped.append_column(DROP_REASON, pa.array(reasons, pa.string()))
   return kept, dropped
 
 
@@ -58,17 +60,22 @@ COUNT_SCHEMA = pa.schema([("g", pa.string()), ("gnull", pa.bool_()), ("e", pa.in
 _GROUP = ["g", "gnull", "e"]
 
 
-def _sum_counts(tables):
-  """One counts table (sorted by group, window end) from partial ones."""
+def _sum_counts(tables, ordered=False):
+  """One counts table from partial ones; `ordered`: sorted by group, window end (the final
+  table; partial sums are summed again whatever their order)."""
   table = pa.concat_tables([pa.table(COUNT_SCHEMA.empty_table())] + list(tables))
   summed = table.group_by(_GROUP).aggregate([("n", "sum")]).rename_columns(
       {"n_sum": "n"}).select(COUNT_SCHEMA.names).cast(COUNT_SCHEMA)
+  if not ordered:
+    return summed
   return summed.take(pc.sort_indices(summed, [(c, "ascending") for c in _GROUP]))
 
 
-def window_counts(batch, group_column, profile):
+def window_counts(batch, group_column, profile, ordered=True):
   """Partial counts of a windowed batch: a table (g: group text or "", gnull: group is null,
-  e: window end, n: records). Arrow joins never match nulls, so null is its own flag.
+  e: window end, n: records), sorted by group and window end unless not `ordered` (the
+  pipeline's partial tables, summed again by SumCounts). Arrow joins never match nulls, so
+  null is its own flag.
 
   A sliding-window record counts in every window containing it (size / period of them).
   """
@@ -80,7 +87,7 @@ def window_counts(batch, group_column, profile):
   table = pa.table({"g": groups.fill_null(""), "gnull": groups.is_null(),
                     "e": (end[:, None] + np.arange(copies)[None, :] * profile.window_period)
                     .ravel(), "n": np.ones(len(rows), dtype=np.int64)})
-  return _sum_counts([table])
+  return _sum_counts([table], ordered)
 
 
 class SumCounts(beam.CombineFn):
@@ -97,7 +104,7 @@ class SumCounts(beam.CombineFn):
     return [_sum_counts([t for acc in accumulators for t in acc])]
 
   def extract_output(self, acc):
-    return _sum_counts(acc)
+    return _sum_counts(acc, ordered=True)
 
 
 def join_counts(batch, group_column, name, counts):
@@ -188,7 +195,8 @@ class WindowRecords(beam.PTransform):
     for i, agg in enumerate(self._aggregates):
       counts[agg["name"]] = beam.pvalue.AsSingleton(
           counted
-          | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile)
+          | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile,
+                                            ordered=False)
           | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()))
     joined = assigned.kept | "JoinAggregates" >> beam.ParDo(
         _JoinFn(self._aggregates), **counts).with_output_types(pa.RecordBatch)
