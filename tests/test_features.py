@@ -310,6 +310,9 @@ def test_tft_batches_carry_the_passthrough_columns_back():
                        "w": pa.array([1, 2], pa.uint64())})
   tft = tr.to_tft_batch(b, ["x", "t"], {"__t__": "t", "w": "w"})
   assert tft.schema.names == ["x", "t", "__key__", tr.PASSTHROUGH]
+  # features as one-value lists with 32-bit offsets (fewer bytes materialised for TFT)
+  assert tft.schema.field("x").type == pa.list_(pa.float64())
+  assert tft.column(0).to_pylist() == [[1.5], None] and tft.column(1).to_pylist() == [[7], [8]]
   assert tr.passthrough_keys({"__t__": "t"}) == {"__key__", tr.PASSTHROUGH}
   back = tr._from_tft((tft.select(["x", "__key__", tr.PASSTHROUGH]), {}))
   assert back.column("__key__").to_pylist() == ["a", "b"]
