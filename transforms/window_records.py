@@ -113,7 +113,9 @@ def join_counts(batch, group_column, name, counts):
   groups = batch.column(group_column).cast(pa.string())
   table = pa.table({"__row__": np.arange(batch.num_rows), "g": groups.fill_null(""),
                     "gnull": groups.is_null(), "e": batch.column(WINDOW_END)})
-  joined = table.join(counts.rename_columns({"n": "__n__"}), _GROUP, join_type="left outer")
+  # counts RIGHT OUTER JOIN rows == rows LEFT OUTER JOIN counts; Acero builds its hash table
+  # on the right input, so it is the batch's rows (not the whole counts table, every batch).
+  joined = counts.rename_columns({"n": "__n__"}).join(table, _GROUP, join_type="right outer")
   joined = joined.take(pc.sort_indices(joined, [("__row__", "ascending")]))
   return batch.append_column(name, joined.column("__n__").combine_chunks().fill_null(0))
 
