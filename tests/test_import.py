@@ -3,7 +3,8 @@ import importlib
 
 import pytest
 
-MODULES = ["transforms.fingerprint", "transforms.xxh64", "transforms.csv_records",
+MODULES = ["transforms.fingerprint", "transforms.xxh64", "transforms.arrow_coder",
+           "transforms.ahead", "transforms.csv_records",
            "transforms.schema", "transforms.tfrecord", "transforms.read_csv",
            "transforms.infer_types", "transforms.type_rows", "transforms.key_rows",
            "transforms.write_shards", "transforms.write_rejected", "pipelines.common",

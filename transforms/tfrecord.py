@@ -600,8 +600,7 @@ def _gather(buf, starts, lengths, valid, offsets, out):
     if valid[i]:
       s = starts[i]
       o = offsets[i]
-      for k in range(lengths[i]):
-        out[o + k] = buf[s + k]
+      out[o:o + lengths[i]] = buf[s:s + lengths[i]]
 
 
 def _kind(typ):
