@@ -433,65 +433,6 @@ def _column_of(buf, lo, hi, names, name_starts, hint):
 
 
 @numba.njit(inline="always")
-def _list_values(buf, pos, end, kind, row, col, slot, count, bits, spans):
-  """Reads the Int64List/FloatList/BytesList message buf[pos:end] into column col (its values
-  at `slot` of bits or spans) of `row`; 0 or an error. count saturates at 2 (more than one)."""
-  while pos < end:
-    tag, pos = _get_varint(buf, pos, end)
-    if pos < 0:
-      return 1
-    field, wire = tag >> np.uint64(3), tag & np.uint64(7)
-    if field != 1:
-      pos = _skip(buf, pos, end, wire)
-      if pos < 0:
-        return 1
-      continue
-    if kind == 0 and wire == _VARINT:  # unpacked int64
-      v, pos = _get_varint(buf, pos, end)
-      if pos < 0:
-        return 1
-      bits[slot, row] = v
-      count[col, row] = min(count[col, row] + 1, 2)
-    elif kind == 1 and wire == _FIXED32:  # unpacked float
-      if pos + 4 > end:
-        return 1
-      bits[slot, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
-                        | (np.uint64(buf[pos + 2]) << np.uint64(16))
-                        | (np.uint64(buf[pos + 3]) << np.uint64(24)))
-      count[col, row] = min(count[col, row] + 1, 2)
-      pos += 4
-    elif wire == _LEN:
-      n, pos = _get_varint(buf, pos, end)
-      if pos < 0 or n > np.uint64(end - pos):
-        return 1
-      stop = pos + np.int64(n)
-      if kind == 2:  # one bytes value
-        spans[0, slot, row] = pos
-        spans[1, slot, row] = stop - pos
-        count[col, row] = min(count[col, row] + 1, 2)
-      elif kind == 0:  # packed varints
-        while pos < stop:
-          v, pos = _get_varint(buf, pos, stop)
-          if pos < 0:
-            return 1
-          bits[slot, row] = v
-          count[col, row] = min(count[col, row] + 1, 2)
-      else:  # packed floats
-        if (stop - pos) % 4:
-          return 1
-        while pos < stop:
-          bits[slot, row] = (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
-                            | (np.uint64(buf[pos + 2]) << np.uint64(16))
-                            | (np.uint64(buf[pos + 3]) << np.uint64(24)))
-          count[col, row] = min(count[col, row] + 1, 2)
-          pos += 4
-      pos = stop
-    else:
-      return 1
-  return 0
-
-
-@numba.njit(inline="always")
 def _next_field1(buf, pos, end):
   """Skips unknown fields of buf[pos:end] up to the next field 1 (LEN): (1, start, stop) of its
   bytes; (0, end, end) when there is none; (-1, ..) when malformed."""
@@ -582,9 +523,63 @@ def _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, sp
               (field == 3 and kind != 0):
             return 3, row
           count[col, row] = 0  # oneof: the last list set wins
-          err = _list_values(buf, p, stop, kind, row, col, slots[col], count, bits, spans)
-          if err:
-            return err, row
+          # The list's values (Int64List / FloatList / BytesList), read here: the same code in
+          # an inlined helper taking the output arrays made this kernel 2.8x slower (204 ->
+          # 72 ms a 111k-row batch; numba keeps reference counting around such calls).
+          slot = slots[col]
+          q = p
+          while q < stop:
+            t2, q = _get_varint(buf, q, stop)
+            if q < 0:
+              return 1, row
+            if t2 >> np.uint64(3) != np.uint64(1):  # not the values field: skipped
+              q = _skip(buf, q, stop, t2 & np.uint64(7))
+              if q < 0:
+                return 1, row
+              continue
+            wire = t2 & np.uint64(7)
+            if kind == 0 and wire == _VARINT:  # unpacked int64
+              v, q = _get_varint(buf, q, stop)
+              if q < 0:
+                return 1, row
+              bits[slot, row] = v
+              count[col, row] = min(count[col, row] + 1, 2)
+            elif kind == 1 and wire == _FIXED32:  # unpacked float
+              if q + 4 > stop:
+                return 1, row
+              bits[slot, row] = (np.uint64(buf[q]) | (np.uint64(buf[q + 1]) << np.uint64(8))
+                                 | (np.uint64(buf[q + 2]) << np.uint64(16))
+                                 | (np.uint64(buf[q + 3]) << np.uint64(24)))
+              count[col, row] = min(count[col, row] + 1, 2)
+              q += 4
+            elif wire == _LEN:
+              m, q = _get_varint(buf, q, stop)
+              if q < 0 or m > np.uint64(stop - q):
+                return 1, row
+              s2 = q + np.int64(m)
+              if kind == 2:  # one bytes value
+                spans[0, slot, row] = q
+                spans[1, slot, row] = s2 - q
+                count[col, row] = min(count[col, row] + 1, 2)
+              elif kind == 0:  # packed varints
+                while q < s2:
+                  v, q = _get_varint(buf, q, s2)
+                  if q < 0:
+                    return 1, row
+                  bits[slot, row] = v
+                  count[col, row] = min(count[col, row] + 1, 2)
+              else:  # packed floats
+                if (s2 - q) % 4:
+                  return 1, row
+                while q < s2:
+                  bits[slot, row] = (np.uint64(buf[q]) | (np.uint64(buf[q + 1]) << np.uint64(8))
+                                     | (np.uint64(buf[q + 2]) << np.uint64(16))
+                                     | (np.uint64(buf[q + 3]) << np.uint64(24)))
+                  count[col, row] = min(count[col, row] + 1, 2)
+                  q += 4
+              q = s2
+            else:
+              return 1, row
           p = stop
         pos = eend
   for row in range(count.shape[1]):
