@@ -1,5 +1,6 @@
 """AheadDoFn: outputs in input order with their windows and timestamps, side inputs handed to
 the work, errors raised on the calling thread."""
+import sys
 import threading
 
 import apache_beam as beam
@@ -8,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 
-from transforms.ahead import AheadDoFn
+from transforms.ahead import SWITCH_INTERVAL, AheadDoFn
 
 
 class _Twice(AheadDoFn):
@@ -64,3 +65,19 @@ def test_order_within_a_bundle_is_the_input_order():
   out.extend(v.value for v in fn.finish_bundle())
   fn.teardown()
   assert out == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5]
+
+
+def test_setup_lowers_the_switch_interval_and_never_raises_it():
+  before = sys.getswitchinterval()
+  try:
+    sys.setswitchinterval(0.005)
+    fn = _Twice()
+    fn.setup()
+    fn.teardown()
+    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)
+    sys.setswitchinterval(SWITCH_INTERVAL / 5)
+    fn.setup()
+    fn.teardown()
+    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL / 5)
+  finally:
+    sys.setswitchinterval(before)

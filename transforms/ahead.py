@@ -5,14 +5,23 @@ overlaps whatever the fused steps after it do with the previous element's output
 DirectRunner a fused stage runs on one thread, and this puts the stage's second core to use.
 Outputs keep the input order and each input's window and timestamp; side inputs (keyword
 arguments of the ParDo) are read on the calling thread and handed to the work with the element.
+
+The work's Python stretches between kernels need the GIL back from the calling thread, which
+(running the fused steps after this one, TFT's included) holds it most of the time: at
+CPython's default 5 ms switch interval each such hand-over can wait that long. setup() lowers
+the worker process's interval to SWITCH_INTERVAL (never raises it): 1M taxi rows through
+pipelines.features, serialize work in-pipeline 3.4 -> 3.0 s, job 13.1 -> 12.7 s (three runs each).
 """
 import collections
 import concurrent.futures
+import sys
 
 import apache_beam as beam
 from apache_beam.utils.windowed_value import WindowedValue
 
-__all__ = ["AheadDoFn"]
+__all__ = ["AheadDoFn", "SWITCH_INTERVAL"]
+
+SWITCH_INTERVAL = 0.0005  # seconds
 
 
 class AheadDoFn(beam.DoFn):
@@ -24,6 +33,8 @@ class AheadDoFn(beam.DoFn):
     raise NotImplementedError
 
   def setup(self):
+    if sys.getswitchinterval() > SWITCH_INTERVAL:
+      sys.setswitchinterval(SWITCH_INTERVAL)
     self._pool = concurrent.futures.ThreadPoolExecutor(1)
 
   def start_bundle(self):
