@@ -392,6 +392,13 @@ def _get_varint(buf, pos, end):
 
 
 @numba.njit(inline="always")
+def _get_fixed32(buf, pos):
+  """The little-endian 32 bits at buf[pos:pos + 4] (a float's bit pattern), as uint64."""
+  return (np.uint64(buf[pos]) | (np.uint64(buf[pos + 1]) << np.uint64(8))
+          | (np.uint64(buf[pos + 2]) << np.uint64(16)) | (np.uint64(buf[pos + 3]) << np.uint64(24)))
+
+
+@numba.njit(inline="always")
 def _skip(buf, pos, end, wire):
   """Position after an unknown field's value (-1 when malformed)."""
   if wire == _VARINT:
@@ -547,9 +554,7 @@ def _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, sp
             elif kind == 1 and wire == _FIXED32:  # unpacked float
               if q + 4 > stop:
                 return 1, row
-              bits[slot, row] = (np.uint64(buf[q]) | (np.uint64(buf[q + 1]) << np.uint64(8))
-                                 | (np.uint64(buf[q + 2]) << np.uint64(16))
-                                 | (np.uint64(buf[q + 3]) << np.uint64(24)))
+              bits[slot, row] = _get_fixed32(buf, q)
               count[col, row] = min(count[col, row] + 1, 2)
               q += 4
             elif wire == _LEN:
@@ -572,9 +577,7 @@ def _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, sp
                 if (s2 - q) % 4:
                   return 1, row
                 while q < s2:
-                  bits[slot, row] = (np.uint64(buf[q]) | (np.uint64(buf[q + 1]) << np.uint64(8))
-                                     | (np.uint64(buf[q + 2]) << np.uint64(16))
-                                     | (np.uint64(buf[q + 3]) << np.uint64(24)))
+                  bits[slot, row] = _get_fixed32(buf, q)
                   count[col, row] = min(count[col, row] + 1, 2)
                   q += 4
               q = s2
