@@ -50,9 +50,9 @@ def test_late_records_are_dropped_with_reason():
 def test_counts_treat_null_as_a_group_and_join_back():
   kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
   counts = wr.window_counts(kept, "area", BASE)
-  assert counts.to_pylist() == [{"g": "", "gnull": True, "e": 7200, "n": 1},
-                                {"g": "", "gnull": True, "e": 10800, "n": 1},
-                                {"g": "1", "gnull": False, "e": 3600, "n": 2}]
+  assert counts.to_pylist() == [{"g": 0, "gnull": True, "e": 7200, "n": 1},
+                                {"g": 0, "gnull": True, "e": 10800, "n": 1},
+                                {"g": 1, "gnull": False, "e": 3600, "n": 2}]
   joined = wr.join_counts(kept, "area", "n", counts)
   assert joined.column("n").to_pylist() == [2, 2, 1, 1]
 
@@ -62,7 +62,47 @@ def test_sliding_record_counts_in_every_window_containing_it():
   one = pa.record_batch({"t": pa.array([100], pa.int64()), "area": pa.array([5], pa.int64())})
   kept, _ = wr.assign_windows(one, "t", p, watermark=None)
   assert [(r["g"], r["e"], r["n"]) for r in wr.window_counts(kept, "area", p).to_pylist()] \
-      == [("5", 1800, 1), ("5", 3600, 1)]
+      == [(5, 1800, 1), (5, 3600, 1)]
+
+
+@pytest.mark.parametrize("values, typ, g", [
+    ([1, 1, None, 1, 0], pa.int64(), [0, 0, 1]),  # integers and strings group as they are
+    (["x", "x", None, "x", ""], pa.string(), ["", "", "x"]),
+    ([0.0, -0.0, None, 0.0, 1.5], pa.float64(), ["", "-0", "0", "1.5"])])  # others: their text
+def test_counts_group_by_value_with_null_its_own_group(values, typ, g):
+  b = pa.record_batch({"t": pa.array([0, 10, 20, 30, 7300], pa.int64()),
+                       "area": pa.array(values, typ)})
+  kept, _ = wr.assign_windows(b, "t", BASE, watermark=None)
+  counts = wr.window_counts(kept, "area", BASE)
+  assert counts.column("g").to_pylist() == g
+  joined = wr.join_counts(kept, "area", "n", counts)
+  expected = {int: [3, 3, 1, 3, 1], str: [3, 3, 1, 3, 1], float: [2, 1, 1, 2, 1]}
+  assert joined.column("n").to_pylist() == expected[type(values[0])]
+
+
+def test_counts_of_no_records_join_as_zero():
+  fn = wr.SumCounts()
+  nothing = fn.extract_output(fn.create_accumulator())
+  assert nothing.num_rows == 0
+  kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
+  assert wr.join_counts(kept, "area", "n", nothing).column("n").to_pylist() == [0, 0, 0, 0]
+
+
+def test_counts_tables_travel_as_arrow_never_pickled(monkeypatch):
+  import pickle
+  from transforms.arrow_coder import TableCoder
+  kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
+  counts = wr.window_counts(kept, "area", BASE)
+
+  def refuse(*args, **kwargs):
+    raise AssertionError("a counts table was pickled")
+
+  monkeypatch.setattr(pickle, "dumps", refuse)
+  coder = wr.SumCounts().get_accumulator_coder()
+  assert all(t.equals(counts) for t in coder.decode(coder.encode([counts, counts])))
+  assert TableCoder().decode(TableCoder().encode(counts)).equals(counts)
+  assert TableCoder().get_impl().estimate_size(counts) == counts.get_total_buffer_size()
+  assert isinstance(beam.coders.registry.get_coder(pa.Table), TableCoder)
 
 
 def test_sum_counts_merges_partials_in_any_order():

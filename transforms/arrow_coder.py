@@ -16,7 +16,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.coders import coder_impl
 
-__all__ = ["RecordBatchCoder", "same_type"]
+__all__ = ["RecordBatchCoder", "TableCoder", "same_type"]
 
 
 def _encode(batch):
@@ -32,6 +32,17 @@ def _decode(data):
 
 def _size(batch):
   return batch.get_total_buffer_size()
+
+
+def _encode_table(table):
+  sink = pa.BufferOutputStream()
+  with pa.ipc.new_stream(sink, table.schema) as writer:
+    writer.write_table(table)
+  return sink.getvalue().to_pybytes()
+
+
+def _decode_table(data):
+  return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 class RecordBatchCoder(beam.coders.Coder):
@@ -54,7 +65,28 @@ class RecordBatchCoder(beam.coders.Coder):
     return pa.RecordBatch
 
 
+class TableCoder(beam.coders.Coder):
+  """pa.Table <-> one Arrow IPC stream (schema and its batches), sized from its buffers; for
+  tables passed whole between steps (e.g. a side input). Not deterministic, as above."""
+
+  def encode(self, value):
+    return _encode_table(value)
+
+  def decode(self, encoded):
+    return _decode_table(encoded)
+
+  def is_deterministic(self):
+    return False
+
+  def _create_impl(self):
+    return coder_impl.CallbackCoderImpl(_encode_table, _decode_table, _size)
+
+  def to_type_hint(self):
+    return pa.Table
+
+
 beam.coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)
+beam.coders.registry.register_coder(pa.Table, TableCoder)
 
 
 def same_type(pcoll):

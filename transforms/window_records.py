@@ -18,9 +18,10 @@ import pyarrow.compute as pc
 
 from transforms import fingerprint
 from transforms.ahead import AheadDoFn
+from transforms.arrow_coder import TableCoder
 
 __all__ = ["WindowRecords", "assign_windows", "window_counts", "join_counts", "WINDOW_START",
-           "WINDOW_END", "WINDOW_FP", "DROPPED", "DROP_REASON", "SumCounts"]
+           "WINDOW_END", "WINDOW_FP", "DROPPED", "DROP_REASON", "SumCounts", "NO_COUNTS"]
 
 WINDOW_START, WINDOW_END, WINDOW_FP = "__window_start__", "__window_end__", "__window_fp__"
 DROPPED, DROP_REASON = "dropped", "__drop_reason__"
@@ -55,43 +56,62 @@ def assign_windows(batch, event_column, profile, watermark):
   return kept, dropped
 
 
-COUNT_SCHEMA = pa.schema([("g", pa.string()), ("gnull", pa.bool_()), ("e", pa.int64()),
-                          ("n", pa.int64())])
 _GROUP = ["g", "gnull", "e"]
+# The counts of no records (an empty input): its group column has no type of its own.
+NO_COUNTS = pa.schema([("g", pa.null()), ("gnull", pa.bool_()), ("e", pa.int64()),
+                       ("n", pa.int64())]).empty_table()
+
+
+def _group_values(column):
+  """(group values, null flags) of a group_by column: integer and string columns as they are,
+  any other by its text; nulls are flagged and their value filled (Arrow joins never match
+  nulls, so null is a group of its own through the flag)."""
+  typ = column.type
+  if pa.types.is_integer(typ):
+    fill = pa.scalar(0, typ)
+  elif pa.types.is_string(typ) or pa.types.is_large_string(typ):
+    fill = pa.scalar("", typ)
+  else:
+    column, fill = column.cast(pa.string()), pa.scalar("", pa.string())
+  return column.fill_null(fill), column.is_null()
 
 
 def _sum_counts(tables, ordered=False):
   """One counts table from partial ones; `ordered`: sorted by group, window end (the final
-  table; partial sums are summed again whatever their order)."""
-  table = pa.concat_tables([pa.table(COUNT_SCHEMA.empty_table())] + list(tables))
+  table; partial sums are summed again whatever their order). No tables: NO_COUNTS."""
+  tables = list(tables)
+  if not tables:
+    return NO_COUNTS
+  table = pa.concat_tables(tables)
   summed = table.group_by(_GROUP).aggregate([("n", "sum")]).rename_columns(
-      {"n_sum": "n"}).select(COUNT_SCHEMA.names).cast(COUNT_SCHEMA)
+      {"n_sum": "n"}).select(["g", "gnull", "e", "n"])
   if not ordered:
     return summed
   return summed.take(pc.sort_indices(summed, [(c, "ascending") for c in _GROUP]))
 
 
 def window_counts(batch, group_column, profile, ordered=True):
-  """Partial counts of a windowed batch: a table (g: group text or "", gnull: group is null,
-  e: window end, n: records), sorted by group and window end unless not `ordered` (the
-  pipeline's partial tables, summed again by SumCounts). Arrow joins never match nulls, so
-  null is its own flag.
+  """Partial counts of a windowed batch: a table (g: group value (_group_values), gnull: group
+  is null, e: window end, n: records), sorted by group and window end unless not `ordered`
+  (the pipeline's partial tables, summed again by SumCounts).
 
   A sliding-window record counts in every window containing it (size / period of them).
   """
-  groups = batch.column(group_column).cast(pa.string())
+  groups, nulls = _group_values(batch.column(group_column))
   end = batch.column(WINDOW_END).to_numpy()
   copies = profile.window_size // profile.window_period
-  rows = pa.array(np.repeat(np.arange(len(end)), copies))
-  groups = pc.take(groups, rows)
-  table = pa.table({"g": groups.fill_null(""), "gnull": groups.is_null(),
+  if copies > 1:
+    rows = pa.array(np.repeat(np.arange(len(end)), copies))
+    groups, nulls = pc.take(groups, rows), pc.take(nulls, rows)
+  table = pa.table({"g": groups, "gnull": nulls,
                     "e": (end[:, None] + np.arange(copies)[None, :] * profile.window_period)
-                    .ravel(), "n": np.ones(len(rows), dtype=np.int64)})
+                    .ravel(), "n": np.ones(len(groups), dtype=np.int64)})
   return _sum_counts([table], ordered)
 
 
 class SumCounts(beam.CombineFn):
-  """Partial counts tables -> their sum (a CombineFn, so it scales as a combiner lifts)."""
+  """Partial counts tables -> their sum (a CombineFn, so it scales as a combiner lifts). The
+  tables travel as Arrow IPC (transforms/arrow_coder.TableCoder), never pickled."""
 
   def create_accumulator(self):
     return []
@@ -106,13 +126,18 @@ class SumCounts(beam.CombineFn):
   def extract_output(self, acc):
     return _sum_counts(acc, ordered=True)
 
+  def get_accumulator_coder(self):
+    return beam.coders.ListCoder(TableCoder())
+
 
 def join_counts(batch, group_column, name, counts):
   """batch + int64 column `name`: the count of its (group, window end), by a vectorised join
   with a counts table (window_counts / SumCounts)."""
-  groups = batch.column(group_column).cast(pa.string())
-  table = pa.table({"__row__": np.arange(batch.num_rows), "g": groups.fill_null(""),
-                    "gnull": groups.is_null(), "e": batch.column(WINDOW_END)})
+  if not counts.num_rows:
+    return batch.append_column(name, pa.array(np.zeros(batch.num_rows, np.int64)))
+  groups, nulls = _group_values(batch.column(group_column))
+  table = pa.table({"__row__": np.arange(batch.num_rows), "g": groups, "gnull": nulls,
+                    "e": batch.column(WINDOW_END)})
   # counts RIGHT OUTER JOIN rows == rows LEFT OUTER JOIN counts; Acero builds its hash table
   # on the right input, so it is the batch's rows (not the whole counts table, every batch).
   joined = counts.rename_columns({"n": "__n__"}).join(table, _GROUP, join_type="right outer")
@@ -198,8 +223,8 @@ class WindowRecords(beam.PTransform):
       counts[agg["name"]] = beam.pvalue.AsSingleton(
           counted
           | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile,
-                                            ordered=False)
-          | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()))
+                                            ordered=False).with_output_types(pa.Table)
+          | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()).with_output_types(pa.Table))
     joined = assigned.kept | "JoinAggregates" >> beam.ParDo(
         _JoinFn(self._aggregates), **counts).with_output_types(pa.RecordBatch)
     return {"kept": joined, DROPPED: assigned[DROPPED]}
