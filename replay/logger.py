@@ -253,7 +253,8 @@ class ProductionLogger:
         path = (f"feature_log/bucket-{b:05d}-of-{self._num_buckets:05d}-part-"
                 f"{self._next_part:06d}.parquet")
         sink = pa.BufferOutputStream()
-        pq.write_table(part, sink, compression=self._compression)
+        pq.write_table(part, sink, compression=self._compression,
+                       use_dictionary=feature_log.dictionary_columns(part.schema.names))
         _write_atomically(os.path.join(self._log_dir, path), sink.getvalue().to_pybytes())
         entry = self._buckets.setdefault(int(b), {
             "rows": 0, "dropped": 0, "parts": [],

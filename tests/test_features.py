@@ -35,6 +35,22 @@ def test_every_record_is_logged_with_every_stage(taxi_features):
   assert ((log.column("event_time").to_numpy() - starts) < 3600).all() and (starts % 3600 == 0).all()
 
 
+def _dictionary_encoded(path):
+  """{column: whether its first row group's chunk is dictionary encoded} of a Parquet file."""
+  group = pq.ParquetFile(path).metadata.row_group(0)
+  return {group.column(i).path_in_schema: "RLE_DICTIONARY" in group.column(i).encodings
+          for i in range(group.num_columns)}
+
+
+def test_log_columns_unique_per_record_skip_the_parquet_dictionary(taxi_features):
+  first = sorted(glob.glob(os.path.join(taxi_features["direct"], "feature_log", "*.parquet")))[0]
+  encoded = _dictionary_encoded(first)
+  unique = ["key"] + [f"fp_{s}" for s in ("raw", "parse", "window", "shard", "serialize",
+                                          "transform")]
+  assert not any(encoded[c] for c in unique), encoded
+  assert all(encoded[c] for c in encoded if c not in unique), encoded
+
+
 def test_raw_and_parse_fingerprints_come_from_ingest(taxi_runs, taxi_features):
   shards = pa.concat_tables([pq.read_table(p) for p in glob.glob(
       os.path.join(taxi_runs["direct"], "parquet", "*.parquet"))])

@@ -68,6 +68,9 @@ def test_taxi_sample_logs_exactly_as_offline(offline, production):
   off, prod = _read_log(offline), _read_log(production)
   first = sorted(glob.glob(os.path.join(offline, "feature_log", "*.parquet")))[0]
   assert prod.schema == pq.read_schema(first)  # same columns, order and Arrow types
+  from tests.test_features import _dictionary_encoded
+  part = sorted(glob.glob(os.path.join(production, "feature_log", "*.parquet")))[0]
+  assert _dictionary_encoded(part) == _dictionary_encoded(first)  # same Parquet encodings
   assert prod.num_rows == off.num_rows == 15002
   assert prod.column("dropped_stage").null_count == prod.num_rows
   by_key = {r["key"]: r for r in prod.to_pylist()}
