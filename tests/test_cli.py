@@ -73,3 +73,23 @@ def test_the_console_script_exits_with_the_jobs_codes(tmp_path):
                        capture_output=True, text=True, env=env, check=False)
   assert bad.returncode == 2
   assert bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+def test_job_options_make_one_view_per_class_sharing_the_values(monkeypatch):
+  from apache_beam.options.pipeline_options import SetupOptions, StandardOptions, TypeOptions
+  options = common.parse_options(["--runner", "DirectRunner", "--output_dir", "out"],
+                                 [common.OutputOptions])
+  made = []
+  original = PipelineOptions.view_as
+  monkeypatch.setattr(PipelineOptions, "view_as",
+                      lambda self, cls: made.append(cls) or original(self, cls))
+  setup = options.view_as(SetupOptions)
+  assert options.view_as(SetupOptions) is setup
+  setup.save_main_session = True  # a value set through one view shows in every view
+  assert options.view_as(SetupOptions).save_main_session
+  assert options.get_all_options()["save_main_session"] is True
+  assert options.view_as(StandardOptions).runner == "DirectRunner"
+  assert options.view_as(common.OutputOptions).output_dir == "out"
+  for _ in range(100):  # Beam's type checks ask for this view once per check
+    assert options.view_as(TypeOptions).disable_beartype is False
+  assert made == [SetupOptions, StandardOptions, common.OutputOptions, TypeOptions]
