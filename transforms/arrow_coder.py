@@ -10,7 +10,8 @@ the estimate from the batch's buffer sizes and, where a runner really moves a ba
 stages or workers, encodes it as one Arrow IPC stream message (decoded zero-copy).
 
 Steps whose outputs are RecordBatches declare `.with_output_types(pa.RecordBatch)`; importing
-this module (transforms/__init__.py does) registers the coder for that type.
+this module (transforms/__init__.py does) registers the coder for that type, and TableCoder,
+the same for whole pa.Table elements (`.with_output_types(pa.Table)`), for pa.Table.
 """
 import apache_beam as beam
 import pyarrow as pa
@@ -19,70 +20,59 @@ from apache_beam.coders import coder_impl
 __all__ = ["RecordBatchCoder", "TableCoder", "same_type"]
 
 
-def _encode(batch):
+def _encode(value):
+  """A RecordBatch or a Table as one Arrow IPC stream (schema, then its batches)."""
   sink = pa.BufferOutputStream()
-  with pa.ipc.new_stream(sink, batch.schema) as writer:
-    writer.write_batch(batch)
+  with pa.ipc.new_stream(sink, value.schema) as writer:
+    writer.write(value)
   return sink.getvalue().to_pybytes()
 
 
-def _decode(data):
+def _decode_batch(data):
   return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
-
-
-def _size(batch):
-  return batch.get_total_buffer_size()
-
-
-def _encode_table(table):
-  sink = pa.BufferOutputStream()
-  with pa.ipc.new_stream(sink, table.schema) as writer:
-    writer.write_table(table)
-  return sink.getvalue().to_pybytes()
 
 
 def _decode_table(data):
   return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-class RecordBatchCoder(beam.coders.Coder):
-  """pa.RecordBatch <-> one Arrow IPC stream (schema and batch); not deterministic (never a
-  key: IPC bytes of equal batches may differ in buffer layout)."""
+def _size(value):
+  return value.get_total_buffer_size()
+
+
+class _ArrowCoder(beam.coders.Coder):
+  """An Arrow type <-> one Arrow IPC stream, sized from its buffers; not deterministic (never
+  a key: IPC bytes of equal values may differ in buffer layout)."""
+
+  TYPE, DECODE = None, None
 
   def encode(self, value):
     return _encode(value)
 
   def decode(self, encoded):
-    return _decode(encoded)
+    return type(self).DECODE(encoded)
 
   def is_deterministic(self):
     return False
 
   def _create_impl(self):
-    return coder_impl.CallbackCoderImpl(_encode, _decode, _size)
+    return coder_impl.CallbackCoderImpl(_encode, type(self).DECODE, _size)
 
   def to_type_hint(self):
-    return pa.RecordBatch
+    return self.TYPE
 
 
-class TableCoder(beam.coders.Coder):
-  """pa.Table <-> one Arrow IPC stream (schema and its batches), sized from its buffers; for
-  tables passed whole between steps (e.g. a side input). Not deterministic, as above."""
+class RecordBatchCoder(_ArrowCoder):
+  """pa.RecordBatch <-> one Arrow IPC stream (schema and batch)."""
 
-  def encode(self, value):
-    return _encode_table(value)
+  TYPE, DECODE = pa.RecordBatch, staticmethod(_decode_batch)
 
-  def decode(self, encoded):
-    return _decode_table(encoded)
 
-  def is_deterministic(self):
-    return False
+class TableCoder(_ArrowCoder):
+  """pa.Table <-> one Arrow IPC stream (schema and its batches): tables passed whole between
+  steps (e.g. the windowed counts side input)."""
 
-  def _create_impl(self):
-    return coder_impl.CallbackCoderImpl(_encode_table, _decode_table, _size)
-
-  def to_type_hint(self):
-    return pa.Table
+  TYPE, DECODE = pa.Table, staticmethod(_decode_table)
 
 
 beam.coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)
