@@ -33,7 +33,6 @@ def _crc_table():
 
 _CRC_TABLE = _crc_table()
 KIND_INT, KIND_FLOAT, KIND_BYTES = 0, 1, 2
-_CHUNK = 8192
 
 
 @numba.njit(inline="always")
@@ -90,38 +89,39 @@ def _template(kind, ival):
 
 
 @numba.njit(cache=True, nogil=True)
-def _sizes(kinds, name_starts, tlen, valid, ivals, bstart, sizes, feat_sizes):
+def _sizes(kinds, slots, name_starts, tlen, valid, ivals, bstart, sizes, feat_sizes):
   """Per row: serialized Example bytes (sizes) and its Features message bytes (feat_sizes)."""
-  n, nf = valid.shape
+  nf, n = valid.shape
   for i in range(n):
     feats = 0
     for f in range(nf):
-      if not valid[i, f]:
+      if not valid[f, i]:
         continue
       kind = kinds[f]
       if kind == 0:
-        t = _template(kind, ivals[i, f])
+        t = _template(kind, ivals[slots[f], i])
         feats += tlen[f, t] + t
       elif kind == 1:
         feats += tlen[f, 0] + 4
       else:
         feats += _bytes_entry_len(name_starts[f + 1] - name_starts[f],
-                                  bstart[i + 1, f] - bstart[i, f])[0]
+                                  bstart[slots[f], i + 1] - bstart[slots[f], i])[0]
     feat_sizes[i] = feats
     sizes[i] = 1 + _varint_len(np.uint64(feats)) + feats
 
 
 @numba.njit(cache=True, nogil=True)
-def _encode(kinds, names, name_starts, tmpl, toff, tlen, valid, ivals, fbits, bstart, bdata,
-            table, sizes, feat_sizes, out, pos, framed):
+def _encode(kinds, slots, names, name_starts, tmpl, toff, tlen, valid, ivals, fbits, bstart,
+            bdata, table, sizes, feat_sizes, out, pos, framed):
   """Writes deterministic tf.Examples (features sorted by name, nulls omitted) into out from
   byte pos, as TFRecords (framed) or back to back; returns the end position.
 
   An int or float feature's map entry is a fixed template (tmpl[toff[f, t]:][:tlen[f, t]], t
   from _template) followed by the value's bytes; a bytes feature's entry is built here.
-  valid/ivals/fbits are [row, feature]; bstart is [row + 1, feature], offsets into bdata.
+  valid is [feature, row]; ivals, fbits and bstart are [slot, row] (bstart: row + 1, offsets
+  into bdata), slots[f] being feature f's row in the one its kind uses.
   """
-  n, nf = valid.shape
+  nf, n = valid.shape
   for i in range(n):
     start = pos
     if framed:
@@ -137,27 +137,27 @@ def _encode(kinds, names, name_starts, tmpl, toff, tlen, valid, ivals, fbits, bs
     out[p] = 0x0A
     p = _put_varint(out, p + 1, np.uint64(feat_sizes[i]))
     for f in range(nf):
-      if not valid[i, f]:
+      if not valid[f, i]:
         continue
       kind = kinds[f]
       if kind != 2:
-        t = _template(kind, ivals[i, f])
+        t = _template(kind, ivals[slots[f], i])
         t0 = toff[f, t]
         tl = tlen[f, t]
         out[p:p + tl] = tmpl[t0:t0 + tl]
         p += tl
         if kind == 0:
-          p = _put_varint(out, p, np.uint64(ivals[i, f]))
+          p = _put_varint(out, p, np.uint64(ivals[slots[f], i]))
         else:
-          bits = fbits[i, f]
+          bits = fbits[slots[f], i]
           for q in range(4):
             out[p + q] = np.uint8((bits >> np.uint32(8 * q)) & np.uint32(0xFF))
           p += 4
         continue
       k0 = name_starts[f]
       klen = name_starts[f + 1] - k0
-      b0 = bstart[i, f]
-      blen = bstart[i + 1, f] - b0
+      b0 = bstart[slots[f], i]
+      blen = bstart[slots[f], i + 1] - b0
       _, entry, flen, inner = _bytes_entry_len(klen, blen)
       out[p] = 0x0A
       p = _put_varint(out, p + 1, np.uint64(entry))
@@ -247,65 +247,48 @@ def _encode_table(table, framed):
   name_starts = np.zeros(nf + 1, dtype=np.int64)
   np.cumsum([len(x) for x in names], out=name_starts[1:])
   kinds = np.zeros(nf, dtype=np.int8)
-  columns, datas, base = [], [], 0
-  for f, i in enumerate(order):
-    arr = table.column(i).combine_chunks()
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+  slots = np.zeros(nf, dtype=np.int64)
+  # The kernels take each column laid out once, in whole-batch rows: valid[feature] and, by
+  # kind, ivals / fbits / bstart[slot]. A handful of numpy copies, each of which releases the
+  # GIL and takes it back: copying the columns chunk by chunk (~800 copies a 111k-row batch)
+  # made a batch wait up to a switch interval per copy beside a thread running Python.
+  arrays = [table.column(i).combine_chunks() for i in order]
+  by_kind = {KIND_INT: [], KIND_FLOAT: [], KIND_BYTES: []}
+  for f, arr in enumerate(arrays):
     t = arr.type
-    ints = floats = offsets = None
-    if pa.types.is_integer(t):
-      kinds[f] = KIND_INT
-      ints = arr.cast(pa.int64()).fill_null(0).to_numpy()
-    elif pa.types.is_floating(t):
-      kinds[f] = KIND_FLOAT
-      floats = arr.cast(pa.float32()).fill_null(0).to_numpy().view(np.uint32)
+    kinds[f] = (KIND_INT if pa.types.is_integer(t) else KIND_FLOAT if pa.types.is_floating(t)
+                else KIND_BYTES)
+    slots[f] = len(by_kind[kinds[f]])
+    by_kind[kinds[f]].append(f)
+  valid = np.empty((nf, n), dtype=np.bool_)
+  ivals = np.empty((len(by_kind[KIND_INT]), n), dtype=np.int64)
+  fbits = np.empty((len(by_kind[KIND_FLOAT]), n), dtype=np.uint32)
+  bstart = np.empty((len(by_kind[KIND_BYTES]), n + 1), dtype=np.int64)
+  datas, base = [], 0
+  for f, arr in enumerate(arrays):
+    valid[f] = arr.is_valid().to_numpy(zero_copy_only=False)
+    if kinds[f] == KIND_INT:
+      ivals[slots[f]] = arr.cast(pa.int64()).fill_null(0).to_numpy()
+    elif kinds[f] == KIND_FLOAT:
+      fbits[slots[f]] = arr.cast(pa.float32()).fill_null(0).to_numpy().view(np.uint32)
     else:
-      kinds[f] = KIND_BYTES
       arr = arr.cast(pa.large_binary())
       offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
       data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] else \
           np.zeros(0, np.uint8)
       datas.append(data[offsets[0]:offsets[-1]])
-      offsets = offsets - offsets[0] + base
+      np.add(offsets, base - offsets[0], out=bstart[slots[f]])
       base += int(offsets[-1] - offsets[0]) if n else 0
-    columns.append((valid, ints, floats, offsets))
   bdata = np.concatenate(datas) if datas else np.zeros(0, np.uint8)
   tmpl, toff, tlen = _templates(kinds, names)
   names = np.frombuffer(b"".join(names), dtype=np.uint8)
-  # The kernels read one row's features side by side ([row, feature]): assembled in
-  # cache-sized chunks into buffers reused from chunk to chunk. Pass 1 sizes every record,
-  # pass 2 writes them into one buffer.
-  m = min(n, _CHUNK)
-  valid = np.zeros((m, nf), dtype=np.bool_)
-  ivals = np.zeros((m, nf), dtype=np.int64)
-  fbits = np.zeros((m, nf), dtype=np.uint32)
-  bstart = np.zeros((m + 1, nf), dtype=np.int64)
+  # Pass 1 sizes every record, pass 2 writes them into one buffer.
   sizes = np.zeros(n, dtype=np.int64)
   feat_sizes = np.zeros(n, dtype=np.int64)
-
-  def chunks():
-    for lo in range(0, n, _CHUNK):
-      hi = min(n, lo + _CHUNK)
-      m = hi - lo
-      for f, (v, ints, floats, offsets) in enumerate(columns):
-        valid[:m, f] = v[lo:hi]
-        if ints is not None:
-          ivals[:m, f] = ints[lo:hi]
-        elif floats is not None:
-          fbits[:m, f] = floats[lo:hi]
-        else:
-          bstart[:m + 1, f] = offsets[lo:hi + 1]
-      yield lo, hi, m
-
-  for lo, hi, m in chunks():
-    _sizes(kinds, name_starts, tlen, valid[:m], ivals[:m], bstart[:m + 1], sizes[lo:hi],
-           feat_sizes[lo:hi])
+  _sizes(kinds, slots, name_starts, tlen, valid, ivals, bstart, sizes, feat_sizes)
   out = np.empty(int(sizes.sum()) + (16 * n if framed else 0), dtype=np.uint8)
-  pos = 0
-  for lo, hi, m in chunks():
-    pos = _encode(kinds, names, name_starts, tmpl, toff, tlen, valid[:m], ivals[:m], fbits[:m],
-                  bstart[:m + 1], bdata, _CRC_TABLE, sizes[lo:hi], feat_sizes[lo:hi], out, pos,
-                  framed)
+  _encode(kinds, slots, names, name_starts, tmpl, toff, tlen, valid, ivals, fbits, bstart,
+          bdata, _CRC_TABLE, sizes, feat_sizes, out, 0, framed)
   return out, sizes
 
 

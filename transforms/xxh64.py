@@ -80,18 +80,20 @@ def prefix_state(prefix, seed):
 
 
 @numba.njit(cache=True, nogil=True)
-def hash_fields(state0, prefix_words, kinds, valid, words, starts, bbuf, wbuf):
+def hash_fields(state0, prefix_words, kinds, slots, valid, words, starts, bbuf, wbuf):
   """XXH64(header ++ values) for every row (docs/fingerprint.md), from column buffers.
 
   state0: accumulators after the header (prefix_state); prefix_words: header length in words.
-  kinds[f] says how field f is stored; valid, words are [row, field]; starts is [row + 1, field].
+  kinds[f] says how field f is stored; valid is [field, row]; words and starts are indexed by
+  the field's slot s = slots[f]: words[s, i], starts[s, i] (starts has a row + 1 column).
     KIND_MISSING / KIND_NULL: every row is tag 0 / tag 1.
-    KIND_INT: words[i, f] is the int64.  KIND_FLOAT: words[i, f] is the float64's bits.
-    KIND_BYTES: bbuf[starts[i, f]:starts[i + 1, f]] are the bytes.
-    KIND_LIST: wbuf[starts[i, f]:starts[i + 1, f]] are the words after the LIST tag.
-  A row where valid[i, f] is False is NULL (tag 1).
+    KIND_INT: words[s, i] is the int64.  KIND_FLOAT: words[s, i] is the float64's bits.
+    KIND_BYTES: bbuf[starts[s, i]:starts[s, i + 1]] are the bytes.
+    KIND_LIST: wbuf[starts[s, i]:starts[s, i + 1]] are the words after the LIST tag.
+  A row where valid[f, i] is False is NULL (tag 1). One call does a whole batch: the caller
+  holds the GIL only to lay the columns out (one copy each), not per chunk of rows.
   """
-  n, nf = valid.shape
+  nf, n = valid.shape
   out = np.empty(n, dtype=np.uint64)
   zero = np.uint64(0)
   for i in range(n):
@@ -102,15 +104,15 @@ def hash_fields(state0, prefix_words, kinds, valid, words, starts, bbuf, wbuf):
       if kind == KIND_MISSING:
         s = _feed(s, np.uint64(_TAG_MISSING))
         nwords += 1
-      elif kind == KIND_NULL or not valid[i, f]:
+      elif kind == KIND_NULL or not valid[f, i]:
         s = _feed(s, np.uint64(_TAG_NULL))
         nwords += 1
       elif kind == KIND_INT:
         s = _feed(s, np.uint64(_TAG_INT))
-        s = _feed(s, words[i, f])
+        s = _feed(s, words[slots[f], i])
         nwords += 2
       elif kind == KIND_FLOAT:
-        w = words[i, f]
+        w = words[slots[f], i]
         if (w & _EXP) == _EXP and (w & _MANT) != zero:
           w = _NAN
         elif w == _NEG_ZERO:
@@ -119,8 +121,8 @@ def hash_fields(state0, prefix_words, kinds, valid, words, starts, bbuf, wbuf):
         s = _feed(s, w)
         nwords += 2
       elif kind == KIND_BYTES:
-        b0 = starts[i, f]
-        b1 = starts[i + 1, f]
+        b0 = starts[slots[f], i]
+        b1 = starts[slots[f], i + 1]
         s = _feed(s, np.uint64(_TAG_BYTES))
         s = _feed(s, np.uint64(b1 - b0))
         nwords += 2 + (b1 - b0 + 7) // 8
@@ -137,8 +139,8 @@ def hash_fields(state0, prefix_words, kinds, valid, words, starts, bbuf, wbuf):
             w |= np.uint64(bbuf[p + q]) << np.uint64(8 * q)
           s = _feed(s, w)
       else:
-        w0 = starts[i, f]
-        w1 = starts[i + 1, f]
+        w0 = starts[slots[f], i]
+        w1 = starts[slots[f], i + 1]
         s = _feed(s, np.uint64(_TAG_LIST))
         nwords += 1 + (w1 - w0)
         for p in range(w0, w1):
