@@ -30,7 +30,7 @@ from transforms.xxh64 import (KIND_BYTES, KIND_FLOAT, KIND_INT, KIND_LIST, KIND_
                               KIND_NULL, hash_fields, prefix_state)
 
 __all__ = ["SALT", "fingerprint_batch", "fingerprint_fields", "fingerprint_record", "encode_record",
-           "combine_digest", "empty_digest", "add_digests", "MISSING"]
+           "combine_digest", "empty_digest", "add_digests", "MISSING", "validity", "fixed_values"]
 
 SALT = b"SKWTFP01"
 TAG_MISSING, TAG_NULL, TAG_INT, TAG_FLOAT, TAG_BYTES, TAG_LIST = range(6)
@@ -200,24 +200,26 @@ def _as_columns(batch):
   raise TypeError("fingerprint_batch takes a pyarrow RecordBatch or Table")
 
 
-def _validity(arr):
-  """bool[n]: True where arr has a value (from the Arrow bitmap, no per-value work)."""
+def validity(arr):
+  """bool[n]: True where arr has a value, from the Arrow bitmap; None when it has no null."""
   n = len(arr)
   if arr.null_count == 0:
-    return np.ones(n, dtype=np.bool_)
+    return None
   bitmap = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
   return np.unpackbits(bitmap, bitorder="little")[arr.offset:arr.offset + n].view(np.bool_)
 
 
-def _fixed_words(arr, typ):
-  """The column's values as uint64 words, zero-copy where the type allows (nulls: garbage)."""
+def fixed_values(arr, typ, dtype=np.uint64):
+  """A fixed-width column's values cast to Arrow `typ`, as a `dtype` view of its data buffer:
+  zero-copy when no cast is needed, no fill (null slots hold whatever the buffer holds)."""
   arr = arr.cast(typ) if arr.type != typ else arr
-  data = np.frombuffer(arr.buffers()[1], dtype=np.uint64)
+  data = np.frombuffer(arr.buffers()[1], dtype=dtype)
   return data[arr.offset:arr.offset + len(arr)]
 
 
 def _field_inputs(arr, n):
-  """One field's kernel inputs: (kind, valid[n], words[n] | None, offsets[n+1] | None, data).
+  """One field's kernel inputs: (kind, valid[n] | None (no null), words[n] | None,
+  offsets[n+1] | None, data).
 
   For BYTES, offsets index data (the Arrow buffers); for LIST, offsets index data, the
   numpy-encoded [count, elements...] words of each row.
@@ -232,15 +234,15 @@ def _field_inputs(arr, n):
     t = arr.type
   if pa.types.is_null(t):
     return KIND_NULL, None, None, None, None
-  valid = _validity(arr)
+  valid = validity(arr)
   if pa.types.is_integer(t) or pa.types.is_boolean(t):
     if pa.types.is_uint64(t):
       top = pc.max(arr).as_py()
       if top is not None and top > 2**63 - 1:
         raise ValueError("uint64 values above 2**63-1 have no int64 fingerprint")
-    return KIND_INT, valid, _fixed_words(arr, pa.int64()), None, None
+    return KIND_INT, valid, fixed_values(arr, pa.int64()), None, None
   if pa.types.is_floating(t):
-    return KIND_FLOAT, valid, _fixed_words(arr, pa.float64()), None, None
+    return KIND_FLOAT, valid, fixed_values(arr, pa.float64()), None, None
   if pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) \
       or pa.types.is_large_string(t):
     if not pa.types.is_large_binary(t):

@@ -8,6 +8,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from transforms.fingerprint import fixed_values, validity
+
 __all__ = ["encode_tfrecord", "decode_tfrecord", "encode_examples", "decode_examples",
            "read_records", "TFRecordError"]
 
@@ -260,17 +262,19 @@ def _encode_table(table, framed):
                 else KIND_BYTES)
     slots[f] = len(by_kind[kinds[f]])
     by_kind[kinds[f]].append(f)
-  valid = np.empty((nf, n), dtype=np.bool_)
+  valid = np.ones((nf, n), dtype=np.bool_)
   ivals = np.empty((len(by_kind[KIND_INT]), n), dtype=np.int64)
   fbits = np.empty((len(by_kind[KIND_FLOAT]), n), dtype=np.uint32)
   bstart = np.empty((len(by_kind[KIND_BYTES]), n + 1), dtype=np.int64)
   datas, base = [], 0
   for f, arr in enumerate(arrays):
-    valid[f] = arr.is_valid().to_numpy(zero_copy_only=False)
-    if kinds[f] == KIND_INT:
-      ivals[slots[f]] = arr.cast(pa.int64()).fill_null(0).to_numpy()
+    has = validity(arr)
+    if has is not None:
+      valid[f] = has
+    if kinds[f] == KIND_INT:  # a null's slot is never read
+      ivals[slots[f]] = fixed_values(arr, pa.int64(), np.int64)
     elif kinds[f] == KIND_FLOAT:
-      fbits[slots[f]] = arr.cast(pa.float32()).fill_null(0).to_numpy().view(np.uint32)
+      fbits[slots[f]] = fixed_values(arr, pa.float32(), np.uint32)
     else:
       arr = arr.cast(pa.large_binary())
       offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
