@@ -26,7 +26,6 @@ from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, verify
 from transforms import analyze, feature_log, profile as profiles, schema
-from transforms.key_rows import KEY
 from transforms.progress import Progress, stage_counts
 from transforms.serialize_records import SerializeRecords
 from transforms.shard_records import ShardRecords
@@ -142,20 +141,20 @@ class _ShardsTFXIO(ParquetTFXIO):
 def build_pipeline(plan, options, temp_dir):
   """The un-run features Pipeline (outputs under temp_dir).
 
-  One fused pass reads the shards and runs window -> shard -> serialize into TFT's analysis; the
-  windowed counts come from a second, column-projected read, so nothing waits for them. TFT
-  carries the stage columns through (passthrough), and the feature log is written from its
-  transform output: only part-file paths are shuffled (transforms/feature_log.py).
+  One fused pass reads the shards and runs window -> shard -> serialize into TFT's analysis,
+  writing the records' stage columns as it goes; the windowed counts come from a second,
+  column-projected read, so nothing waits for them. TFT carries each record's log hash and raw
+  fingerprint through (passthrough), its transform output is written beside, and the feature
+  log's merge lines the two up: only part-file paths are shuffled (transforms/feature_log.py).
   """
   prof = plan["profile"]
   module = plan["module"]
   event = module.EVENT_TIME_COLUMN
   value_columns = [n for n, _ in plan["columns"]] + plan["aggregates"]
-  passthrough = feature_log.passthrough_columns(event)
+  passthrough = feature_log.passthrough_columns()
   arrow_types = {n: schema.ARROW_TYPES[t] for n, t in plan["columns"]}
   empty = {n: pa.array([], arrow_types.get(n, pa.int64())) for n in value_columns}
-  empty[KEY] = pa.array([], pa.large_string())
-  for name, typ in feature_log.passthrough_types(arrow_types[event]).items():
+  for name, typ in feature_log.passthrough_types().items():
     empty[passthrough[name]] = pa.array([], typ)
   tft_schema = to_tft_batch(pa.record_batch(empty), value_columns, passthrough).schema
   p = beam.Pipeline(options=options)
@@ -173,7 +172,8 @@ def build_pipeline(plan, options, temp_dir):
             | "Shard" >> ShardRecords(prof)
             | "ProgressShard" >> Progress("features", "shard")
             | "Serialize" >> SerializeRecords(value_columns, prof)
-            | "ProgressSerialize" >> Progress("features", "serialize"))
+            | "ProgressSerialize" >> Progress("features", "serialize")
+            | "LogHash" >> beam.Map(feature_log.with_log_hash).with_output_types(pa.RecordBatch))
   with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"),
                         passthrough_keys=passthrough_keys(passthrough)):
     transformed, transform_fn = staged | "Transform" >> TransformRecords(
@@ -181,7 +181,7 @@ def build_pipeline(plan, options, temp_dir):
     _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
         FileSystems.join(temp_dir, "transform_fn"))
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
-  _ = ((transformed, windowed[DROPPED])
+  _ = ((staged, transformed, windowed[DROPPED])
        | "FeatureLog" >> feature_log.WriteFeatureLog(temp_dir, plan["log_buckets"], event)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))

@@ -62,8 +62,8 @@ def test_batches_cross_a_shuffle_through_the_coder():
 FEATURES_STEPS = ["ReadShards/ToRecordBatch", "ReadWindowColumns/ToRecordBatch",
                   "Window/AssignForCounts", "Window/JoinAggregates", "ProgressWindow/Count",
                   "Shard/Sample", "Shard/DropEmpty", "Shard/Shard", "ProgressShard/Count",
-                  "Serialize/RoundTrip", "ProgressSerialize/Count", "Transform/ToTftBatches",
-                  "Transform/FlattenKeys", "ProgressTransform/Count"]
+                  "Serialize/RoundTrip", "ProgressSerialize/Count", "LogHash", "Transform/ToTftBatches",
+                  "Transform/UnpackPassthrough", "ProgressTransform/Count"]
 
 
 def test_features_job_batches_use_the_coder(taxi_runs, taxi_features, tmp_path):

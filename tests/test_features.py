@@ -198,25 +198,36 @@ def test_log_rows_and_run_metadata_match_their_json_schemas(taxi_features):
     jsonschema.validate(row, row_schema)
 
 
-def _transformed_batch(n, seed, multi_value_rows=()):
-  """A TFT output batch as WriteFeatureLog receives it: feature list columns + stage columns."""
+def _log_batches(n, seed, multi_value_rows=()):
+  """(staged, transformed) as WriteFeatureLog receives them: the records going into TFT (stage
+  columns and LOG_HASH), and TFT's output for them in another row order (feature list columns,
+  LOG_HASH and the raw fingerprint passed through)."""
   from transforms import feature_log as fl
+  from transforms.key_rows import FP, RAW_FP
+  from transforms.serialize_records import SERIALIZE_FP
+  from transforms.shard_records import SHARD_FP, SHARD_ID
+  from transforms.window_records import WINDOW_END, WINDOW_FP, WINDOW_START
   rng = np.random.default_rng(seed)
+  starts = rng.integers(0, 10**6, n) * 3600
+  staged = fl.with_log_hash(pa.record_batch({
+      "__key__": pa.array([f"k{seed}-{i}" for i in range(n)], pa.large_string()),
+      "trip_start_timestamp": pa.array(starts + rng.integers(0, 3600, n)),
+      WINDOW_START: pa.array(starts), WINDOW_END: pa.array(starts + 3600),
+      SHARD_ID: pa.array(rng.integers(0, 4, n)),
+      RAW_FP: pa.array(rng.integers(0, 2**62, n)), FP: pa.array(rng.integers(0, 2**62, n)),
+      **{c: pa.array(rng.integers(0, 2**62, n).astype(np.uint64))
+         for c in (WINDOW_FP, SHARD_FP, SERIALIZE_FP)}}))
   lengths = np.ones(n, dtype=np.int32)
   lengths[list(multi_value_rows)] = 2
   offsets = np.zeros(n + 1, dtype=np.int32)
   np.cumsum(lengths, out=offsets[1:])
-  cols = {
+  transformed = pa.record_batch({
       "f_z": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
                                       pa.array(rng.normal(size=n).astype(np.float32))),
       "g_id": pa.ListArray.from_arrays(pa.array(offsets),
                                        pa.array(rng.integers(0, 9, offsets[-1]))),
-      "__key__": pa.array([f"k{seed}-{i}" for i in range(n)], pa.large_string()),
-  }
-  for name, typ in fl.passthrough_types(pa.int64()).items():
-    values = rng.integers(0, 2**62, n)
-    cols[name] = pa.array(values.astype(np.uint64) if typ == pa.uint64() else values, typ)
-  return pa.record_batch(cols)
+      **{c: staged.column(c) for c in fl.passthrough_columns()}})
+  return staged, transformed
 
 
 def _dropped_batch(n, seed):
@@ -229,15 +240,26 @@ def _dropped_batch(n, seed):
       "__parse_fp__": pa.array(rng.integers(0, 2**62, n))})
 
 
-def _write_log(tmp, batches, dropped, num_buckets=4):
-  """Runs the log's part writers over the given bundling, then merges: {file: bytes}, infos."""
+def _parts(tmp, staged, transformed, dropped, num_buckets):
+  """{bucket: part paths} the log's part writers write for the given bundling."""
   from transforms import feature_log as fl
   parts = {}
-  for kind, items in ((False, batches), (True, dropped)):
-    fn = fl._WritePartsFn(str(tmp), num_buckets, "trip_start_timestamp", kind)
-    for b in items:
+  writers = [(fl._WriteHeadPartsFn(str(tmp), num_buckets, "trip_start_timestamp", False),
+              staged),
+             (fl._WriteValuesPartsFn(str(tmp), num_buckets), transformed),
+             (fl._WriteHeadPartsFn(str(tmp), num_buckets, "trip_start_timestamp", True),
+              dropped)]
+  for fn, batches in writers:
+    for b in batches:
       for bucket, path in fn.work(b):
         parts.setdefault(bucket, []).append(path)
+  return parts
+
+
+def _write_log(tmp, staged, transformed, dropped, num_buckets=4):
+  """Runs the log's part writers over the given bundling, then merges: {file: bytes}, infos."""
+  from transforms import feature_log as fl
+  parts = _parts(tmp, staged, transformed, dropped, num_buckets)
   infos = [fl.merge_bucket(str(tmp), num_buckets, b, paths) for b, paths in sorted(parts.items())]
   files = {os.path.relpath(p, tmp): open(p, "rb").read() for p in sorted(
       glob.glob(os.path.join(str(tmp), "feature_log", "*")) +
@@ -246,15 +268,17 @@ def _write_log(tmp, batches, dropped, num_buckets=4):
 
 
 def test_feature_log_bytes_do_not_depend_on_bundling(tmp_path):
-  # The same records split into parts differently (and in another order) must give the same
-  # files: the merge sorts, and a feature is a scalar column iff all of a bucket's rows hold
-  # one value, whichever part they came in.
-  kept = pa.Table.from_batches([_transformed_batch(300, 1)]).to_batches()[0]
+  # The same records split into parts differently (and in another order, TFT's output in yet
+  # another) must give the same files: the merge lines the transformed rows up with their stage
+  # columns and sorts, and a feature is a scalar column iff all of a bucket's rows hold one
+  # value, whichever part they came in.
+  staged, transformed = _log_batches(300, 1)
   dropped = _dropped_batch(40, 2)
-  one, info_one = _write_log(tmp_path / "one", [kept], [dropped])
-  split, info_split = _write_log(tmp_path / "split", [kept.slice(200), kept.slice(0, 70),
-                                                      kept.slice(70, 130)],
-                                 [dropped.slice(25), dropped.slice(0, 25)])
+  one, info_one = _write_log(tmp_path / "one", [staged], [transformed], [dropped])
+  shuffled = transformed.take(pa.array(np.random.default_rng(3).permutation(300)))
+  split, info_split = _write_log(
+      tmp_path / "split", [staged.slice(200), staged.slice(0, 70), staged.slice(70, 130)],
+      [shuffled.slice(0, 150), shuffled.slice(150)], [dropped.slice(25), dropped.slice(0, 25)])
   assert len(one) == 8 and one == split and info_one == info_split
   log = pa.concat_tables([pq.read_table(tmp_path / "one" / p) for p in sorted(one)
                           if p.endswith(".parquet")])
@@ -264,17 +288,37 @@ def test_feature_log_bytes_do_not_depend_on_bundling(tmp_path):
   for b in pq.ParquetFile(tmp_path / "one" / sorted(one)[0]).iter_batches():
     keys = b.column("key").to_pylist()
     assert keys == sorted(keys)
+  # each record's transformed values sit beside its own stage columns
   from transforms import fingerprint
-  row = [r for r in log.to_pylist() if r["key"] == "k1-7"][0]
+  i = 7
+  row = [r for r in log.to_pylist() if r["key"] == f"k1-{i}"][0]
+  assert row["value__f_z"] == transformed.column("f_z")[i].as_py()[0]
+  assert row["value__g_id"] == transformed.column("g_id")[i].as_py()[0]
+  assert row["fp_raw"] == staged.column("__raw_fp__")[i].as_py()
+  assert row["window_start"] == staged.column("__window_start__")[i].as_py()
   assert row["fp__f_z"] == fingerprint.fingerprint_record({"f_z": row["value__f_z"]})
   assert row["fp_transform"] == fingerprint.fingerprint_record(
       {"f_z": row["value__f_z"], "g_id": row["value__g_id"]})
 
 
+def test_merge_refuses_transformed_rows_that_do_not_match_the_records(tmp_path):
+  from transforms import feature_log as fl
+  staged, transformed = _log_batches(50, 4)
+  parts = _parts(tmp_path, [staged], [transformed.slice(1)], [], 1)  # one row never came back
+  with pytest.raises(ValueError, match="50 records went into TFT but 49"):
+    fl.merge_bucket(str(tmp_path), 1, 0, parts[0])
+  other = transformed.set_column(  # as many rows, but one is another record's
+      transformed.schema.get_field_index("__raw_fp__"), "__raw_fp__",
+      pa.array([1] + transformed.column("__raw_fp__").to_pylist()[1:]))
+  parts = _parts(tmp_path / "b", [staged], [other], [], 1)
+  with pytest.raises(ValueError, match="do not match"):
+    fl.merge_bucket(str(tmp_path / "b"), 1, 0, parts[0])
+
+
 def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   from transforms import feature_log as fl
-  kept = _transformed_batch(200, 3, multi_value_rows=[150])
-  fn = fl._WritePartsFn(str(tmp_path), 1, "trip_start_timestamp", False)
+  staged, kept = _log_batches(200, 3, multi_value_rows=[150])
+  fn = fl._WriteValuesPartsFn(str(tmp_path), 1)
   parts = [fl._read_part(path) for b in (kept.slice(0, 100), kept.slice(100))
            for _, path in fn.work(b)]
   # the first part is one-valued (stored flat), the second is not: the bucket keeps lists
@@ -285,7 +329,9 @@ def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   assert fl._feature_column(parts, "value__f_z").to_pylist() == \
       kept.column("f_z").flatten().to_pylist()
   from transforms import fingerprint
-  log, names = fl._kept_log(parts)  # g_id is mixed: its fingerprints are over the lists
+  heads = [fl._read_part(path) for _, path in fl._WriteHeadPartsFn(
+      str(tmp_path), 1, "trip_start_timestamp", False).work(staged)]
+  log, names = fl._kept_log(heads, parts, 0)  # g_id is mixed: its fingerprints are over lists
   assert names == ["f_z", "g_id"]
   rows = log.to_pylist()
   assert all(r["fp__g_id"] == fingerprint.fingerprint_record({"g_id": r["value__g_id"]}) and
@@ -295,7 +341,7 @@ def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
              for r in rows)
   # transformed/ holds one-value features only, as before, whichever part has the lists
   with pytest.raises(ValueError, match="several values per record"):
-    fl.merge_bucket(str(tmp_path), 1, 0, [p for _, p in fn.work(kept)])
+    fl.merge_bucket(str(tmp_path), 1, 0, _parts(tmp_path, [staged], [kept], [], 1)[0])
 
 
 def test_serialize_runs_ahead_but_keeps_order_windows_and_timestamps():
@@ -325,13 +371,13 @@ def test_tft_batches_carry_the_passthrough_columns_back():
                        "x": pa.array([1.5, None]), "t": pa.array([7, 8]),
                        "w": pa.array([1, 2], pa.uint64())})
   tft = tr.to_tft_batch(b, ["x", "t"], {"__t__": "t", "w": "w"})
-  assert tft.schema.names == ["x", "t", "__key__", tr.PASSTHROUGH]
+  assert tft.schema.names == ["x", "t", tr.PASSTHROUGH]  # only what is asked for rides along
   # features as one-value lists with 32-bit offsets (fewer bytes materialised for TFT)
   assert tft.schema.field("x").type == pa.list_(pa.float64())
   assert tft.column(0).to_pylist() == [[1.5], None] and tft.column(1).to_pylist() == [[7], [8]]
-  assert tr.passthrough_keys({"__t__": "t"}) == {"__key__", tr.PASSTHROUGH}
-  back = tr._from_tft((tft.select(["x", "__key__", tr.PASSTHROUGH]), {}))
-  assert back.column("__key__").to_pylist() == ["a", "b"]
+  assert tr.passthrough_keys({"__t__": "t"}) == {tr.PASSTHROUGH}
+  assert tr.to_tft_batch(b, ["x"]).schema.names == ["x"] and tr.passthrough_keys() == set()
+  back = tr._from_tft((tft.select(["x", tr.PASSTHROUGH]), {}))
   assert back.column("__t__").to_pylist() == [7, 8]
   assert back.column("w").type == pa.uint64() and back.column("w").to_pylist() == [1, 2]
   assert back.column("x").to_pylist() == [[1.5], None]

@@ -11,14 +11,17 @@ The bucket's transformed records also go to transformed/bucket-BBBBB-of-NNNNN.tf
 by key). Each bucket yields its digests per stage (transforms/fingerprint.combine_digest of the
 stage fingerprints present), which the run metadata carries so a diff can skip equal buckets.
 
-How it is written (the shape of Beam's WriteFiles): the transform output carries the stage
-columns (TFT passthrough), so each bundle splits its batches by bucket and writes them as
-Arrow IPC part files under a temp folder, right where they are produced; only (bucket, part
-path) pairs cross the shuffle. One merge per bucket then reads its parts, sorts them by key
-(ties by the stage fingerprints: the result does not depend on bundling) and writes the final
-files; the transformed values are fingerprinted there, over the bucket's values as the log holds
-them (parts stay small: the part writer shares TFT's transform pass, the merges run two at a
-time). Part writing runs one batch ahead on a worker thread and merges on a small thread pool
+How it is written (the shape of Beam's WriteFiles): the records going into TFT have their stage
+columns written right there, one Arrow IPC "head" part file per bucket per bundle (with
+LOG_HASH, their bucket hash); TFT carries only LOG_HASH and the raw fingerprint through
+(passthrough), and its output is written the same way as "kept" parts of transformed values;
+dropped records as "dropped" parts. Only (bucket, part path) pairs cross the shuffle. One merge
+per bucket then reads its parts, lines the transformed values up with their stage columns by
+(LOG_HASH, fp_raw) (equal pairs are the same raw record, equal through every stage, so any
+pairing of them is the same), sorts the rows by key (ties by the stage fingerprints: the result
+does not depend on bundling) and writes the final files; the transformed values are
+fingerprinted there, over the bucket's values as the log holds them (the merges run two at a
+time). Part writing runs one batch ahead on worker threads and merges on a small thread pool
 (Arrow, Parquet and the numba kernels release the GIL); merge results are emitted in
 finish_bundle.
 """
@@ -42,7 +45,7 @@ from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW
 
 __all__ = ["WriteFeatureLog", "STAGES", "FP_STAGES", "RECORD_STAGES", "stage_digests", "LOG_SEED", "bucket_of",
            "bucket_path", "bucket_glob", "passthrough_columns", "passthrough_types", "merge_bucket",
-           "dictionary_columns"]
+           "dictionary_columns", "LOG_HASH", "log_hash", "with_log_hash"]
 
 STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
 # The stages with a per-record fingerprint column fp_<stage> (analyze is per run).
@@ -57,9 +60,13 @@ STAGE_COLUMNS = {"raw": RAW_FP, "parse": FP, "window": WINDOW_FP, "shard": SHARD
 _HEAD = ["key", "event_time", "window_start", "window_end", "shard_id", "dropped_stage",
          "drop_reason"] + [f"fp_{s}" for s in STAGE_COLUMNS]
 _PARTS = "feature_log_parts"
-EVENT_TIME = "__event_time__"  # the event time, passed through TFT
+# XXH64-fingerprint({__key__}, LOG_SEED) of a record: its bucket is this mod num_buckets. The
+# transform output carries it (with the raw fingerprint) to line the record up with its stage
+# columns in the merge.
+LOG_HASH = "__log_hash__"
 _ONE_VALUE = b"skewtrace.one_value"  # field metadata of a part column stored flat
-_KIND = b"skewtrace.part"  # schema metadata of a part: b"kept" or b"dropped"
+_KIND = b"skewtrace.part"  # schema metadata of a part: b"head", b"kept" or b"dropped"
+_ALIGN = [(LOG_HASH, "ascending"), ("fp_raw", "ascending")]
 _THREADS = 2
 
 
@@ -71,10 +78,18 @@ def dictionary_columns(names):
   return [n for n in names if n not in unique]
 
 
+def log_hash(keys):
+  """uint64[n]: each key's XXH64 fingerprint {__key__: key} with LOG_SEED."""
+  return fingerprint.fingerprint_batch(pa.record_batch([keys], names=[KEY]), seed=LOG_SEED)
+
+
 def bucket_of(keys, num_buckets):
-  batch = pa.record_batch([keys], names=[KEY])
-  return (fingerprint.fingerprint_batch(batch, seed=LOG_SEED) % np.uint64(num_buckets)) \
-      .astype(np.int64)
+  return (log_hash(keys) % np.uint64(num_buckets)).astype(np.int64)
+
+
+def with_log_hash(batch):
+  """batch + LOG_HASH (uint64), the column the log's part writers bucket kept records by."""
+  return batch.append_column(LOG_HASH, pa.array(log_hash(batch.column(KEY))))
 
 
 def bucket_path(bucket, num_buckets):
@@ -87,18 +102,16 @@ def bucket_glob(bucket, num_buckets):
   return f"feature_log/bucket-{bucket:05d}-of-{num_buckets:05d}*.parquet"
 
 
-def passthrough_columns(event_column):
-  """{column: source column} the transform output must carry (besides __key__) for the log:
-  the stage columns, and the event time under its own name (it is also a TFT feature)."""
-  return {EVENT_TIME: event_column, **{c: c for c in [WINDOW_START, WINDOW_END, SHARD_ID] +
-                                       list(STAGE_COLUMNS.values())}}
+def passthrough_columns():
+  """{column: source column} the transform output must carry for the log: the log hash and
+  the raw fingerprint, by which the merge finds each transformed row's stage columns (written
+  before TFT): 16 bytes a record through TFT's materialised input instead of all of them."""
+  return {LOG_HASH: LOG_HASH, RAW_FP: RAW_FP}
 
 
-def passthrough_types(event_type):
+def passthrough_types():
   """The Arrow types of passthrough_columns, as the stages produce them."""
-  return {EVENT_TIME: event_type, WINDOW_START: pa.int64(), WINDOW_END: pa.int64(),
-          SHARD_ID: pa.int64(), RAW_FP: pa.int64(), FP: pa.int64(), WINDOW_FP: pa.uint64(),
-          SHARD_FP: pa.uint64(), SERIALIZE_FP: pa.uint64()}
+  return {LOG_HASH: pa.uint64(), RAW_FP: pa.int64()}
 
 
 def _as_uint64(column):
@@ -124,11 +137,10 @@ def _one_value(arr):
 
 
 def _head(batch, event_column, dropped):
-  """The log's stage columns of a batch of dropped records or of transformed ones (their
-  event time passed through as EVENT_TIME)."""
+  """The log's stage columns of a batch of dropped records or of records going into TFT."""
   n = batch.num_rows
   cols = {"key": batch.column(KEY).cast(pa.string()),
-          "event_time": batch.column(event_column if dropped else EVENT_TIME).cast(pa.int64())}
+          "event_time": batch.column(event_column).cast(pa.int64())}
   if dropped:
     cols.update({"window_start": pa.nulls(n, pa.int64()), "window_end": pa.nulls(n, pa.int64()),
                  "shard_id": pa.nulls(n, pa.int64()),
@@ -145,13 +157,31 @@ def _head(batch, event_column, dropped):
   return cols
 
 
-class _WritePartsFn(AheadDoFn):
-  """A batch -> one Arrow IPC part file per bucket it touches; yields (bucket, part path).
+def _write_parts(directory, num_buckets, table, hashes, kind):
+  """The table's rows split by bucket (hashes mod num_buckets) into Arrow IPC part files of
+  `kind`; returns [(bucket, part path)]."""
+  buckets = (hashes % np.uint64(num_buckets)).astype(np.int64)
+  order = np.argsort(buckets, kind="stable")
+  table = table.take(pa.array(order)).replace_schema_metadata({_KIND: kind})
+  bounds = np.searchsorted(buckets[order], np.arange(num_buckets + 1))
+  out = []
+  for b in range(num_buckets):
+    lo, hi = int(bounds[b]), int(bounds[b + 1])
+    if hi > lo:
+      path = FileSystems.join(directory, f"{uuid.uuid4().hex}-{b:05d}.arrow")
+      sink = pa.BufferOutputStream()
+      with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table.slice(lo, hi - lo))
+      with FileSystems.create(path) as f:
+        f.write(memoryview(sink.getvalue()))
+      out.append((b, path))
+  return out
 
-  Runs one batch ahead on a worker thread (AheadDoFn), overlapping TFT's transform of the next
-  batch. Transformed features whose every row holds one value are stored flat (marked in the
-  field metadata); the merge keeps them flat when all of a bucket's parts do (else lists).
-  """
+
+class _WriteHeadPartsFn(AheadDoFn):
+  """Records going into TFT (with LOG_HASH), or dropped ones -> their stage columns as one
+  Arrow IPC part file per bucket; yields (bucket, part path). One batch ahead on a worker
+  thread (AheadDoFn), overlapping TFT's analysis of the next batch."""
 
   def __init__(self, temp_dir, num_buckets, event_column, dropped):
     self._dir = FileSystems.join(temp_dir, _PARTS)
@@ -159,40 +189,46 @@ class _WritePartsFn(AheadDoFn):
     self._event_column = event_column
     self._dropped = dropped
 
-  def work(self, element):
-    return self._write(element) if element.num_rows else []
-
-  def _write(self, batch):
+  def work(self, batch):
+    if not batch.num_rows:
+      return []
     cols = _head(batch, self._event_column, self._dropped)
-    fields = [pa.field(name, arr.type) for name, arr in cols.items()]
-    arrays = list(cols.values())
-    if not self._dropped:
-      skip = {KEY} | set(passthrough_columns(self._event_column))
-      names = sorted(n for n in batch.schema.names if n not in skip)
-      flats = [_one_value(batch.column(n)) for n in names]
-      for name, flat in zip(names, flats):
-        column = batch.column(name) if flat is None else flat
-        fields.append(pa.field(f"value__{name}", column.type,
-                               metadata=None if flat is None else {_ONE_VALUE: b"1"}))
-        arrays.append(column)
-    table = pa.Table.from_arrays(arrays, schema=pa.schema(
-        fields, metadata={_KIND: b"dropped" if self._dropped else b"kept"}))
-    buckets = bucket_of(cols["key"], self._num_buckets)
-    order = np.argsort(buckets, kind="stable")
-    table = table.take(pa.array(order))
-    bounds = np.searchsorted(buckets[order], np.arange(self._num_buckets + 1))
-    out = []
-    for b in range(self._num_buckets):
-      lo, hi = int(bounds[b]), int(bounds[b + 1])
-      if hi > lo:
-        path = FileSystems.join(self._dir, f"{uuid.uuid4().hex}-{b:05d}.arrow")
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as w:
-          w.write_table(table.slice(lo, hi - lo))
-        with FileSystems.create(path) as f:
-          f.write(memoryview(sink.getvalue()))
-        out.append((b, path))
-    return out
+    if self._dropped:
+      hashes, kind = log_hash(batch.column(KEY)), b"dropped"
+    else:
+      cols[LOG_HASH] = batch.column(LOG_HASH)
+      hashes, kind = batch.column(LOG_HASH).to_numpy(), b"head"
+    return _write_parts(self._dir, self._num_buckets, pa.table(cols), hashes, kind)
+
+
+class _WriteValuesPartsFn(AheadDoFn):
+  """TFT output batches (LOG_HASH and the raw fingerprint passed through) -> their transformed
+  values as one Arrow IPC part file per bucket; yields (bucket, part path).
+
+  One batch ahead on a worker thread, overlapping TFT's transform of the next batch. Features
+  whose every row holds one value are stored flat (marked in the field metadata); the merge
+  keeps them flat when all of a bucket's parts do (else lists).
+  """
+
+  def __init__(self, temp_dir, num_buckets):
+    self._dir = FileSystems.join(temp_dir, _PARTS)
+    self._num_buckets = num_buckets
+
+  def work(self, batch):
+    if not batch.num_rows:
+      return []
+    fields = [pa.field(LOG_HASH, pa.uint64()), pa.field("fp_raw", pa.uint64())]
+    arrays = [batch.column(LOG_HASH), _as_uint64(batch.column(RAW_FP))]
+    names = sorted(n for n in batch.schema.names if n not in passthrough_columns())
+    for name in names:
+      flat = _one_value(batch.column(name))
+      column = batch.column(name) if flat is None else flat
+      fields.append(pa.field(f"value__{name}", column.type,
+                             metadata=None if flat is None else {_ONE_VALUE: b"1"}))
+      arrays.append(column)
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    return _write_parts(self._dir, self._num_buckets, table,
+                        batch.column(LOG_HASH).to_numpy(), b"kept")
 
 
 def _read_part(path):
@@ -225,13 +261,32 @@ def _sorted(table):
   return table.take(pc.sort_indices(table, keys))
 
 
-def _kept_log(parts):
-  """The log rows of a bucket's transformed records: stage columns, fp_transform, fp__F and
-  value__F per feature F (sorted by name); the fingerprints are over the values as the log
-  holds them."""
-  names = sorted(n[len("value__"):] for n in parts[0].schema.names if n.startswith("value__"))
-  head = pa.concat_tables([t.select(_HEAD) for t in parts])
-  values = pa.table([_feature_column(parts, "value__" + n) for n in names], names=names)
+def _kept_log(heads, kept, bucket):
+  """The log rows of a bucket's records that reached the transform stage: their stage columns
+  (head parts) lined up with their transformed values (kept parts) by (LOG_HASH, fp_raw) --
+  rows equal in both are the same raw record, equal through every stage -- then fp_transform,
+  fp__F and value__F per feature F (sorted by name); the fingerprints are over the values as
+  the log holds them. Returns (table, feature names)."""
+  names = sorted(n[len("value__"):] for n in kept[0].schema.names if n.startswith("value__")) \
+      if kept else []
+  head = pa.concat_tables([t.select(_HEAD + [LOG_HASH]) for t in heads]) if heads else None
+  rows = head.num_rows if head is not None else 0
+  got = sum(t.num_rows for t in kept)
+  if rows != got:
+    raise ValueError(f"bucket {bucket}: {rows} records went into TFT but {got} transformed "
+                     "rows came back")
+  values = pa.table(
+      [pa.concat_arrays([c for t in kept for c in t.column(LOG_HASH).chunks]),
+       pa.concat_arrays([c for t in kept for c in t.column("fp_raw").chunks])] +
+      [_feature_column(kept, "value__" + n) for n in names], names=[LOG_HASH, "fp_raw"] + names)
+  by_head, by_value = (pc.sort_indices(t, _ALIGN) for t in (head, values))
+  if not all(head.column(c).take(by_head).equals(values.column(c).take(by_value))
+             for c in (LOG_HASH, "fp_raw")):
+    raise ValueError(f"bucket {bucket}: transformed rows do not match the records that went "
+                     "into TFT")
+  match = np.empty(rows, dtype=np.int64)  # head row by_head[k] <- value row by_value[k]
+  match[by_head.to_numpy()] = by_value.to_numpy()
+  values = values.select(names).take(pa.array(match))
   record_fp, feature_fps = fingerprint.fingerprint_fields(values)
   cols = {c: head.column(c) for c in _HEAD}
   cols["fp_transform"] = pa.array(record_fp)
@@ -247,14 +302,14 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths):
   A bucket holding dropped records only has no fp__F / value__F columns (nothing of its
   records reached the transform stage)."""
   parts = [_read_part(p) for p in sorted(paths)]
-  kept = [t for t in parts if t.schema.metadata.get(_KIND) == b"kept"]
-  dropped = [t for t in parts if t.schema.metadata.get(_KIND) == b"dropped"]
+  by_kind = {k: [t for t in parts if t.schema.metadata.get(_KIND) == k]
+             for k in (b"head", b"kept", b"dropped")}
   logs, names = [], None
-  if kept:
-    log, names = _kept_log(kept)
+  if by_kind[b"head"] or by_kind[b"kept"]:
+    log, names = _kept_log(by_kind[b"head"], by_kind[b"kept"], bucket)
     logs.append(log)
-  if dropped:
-    head = pa.concat_tables([t.select(_HEAD) for t in dropped])
+  if by_kind[b"dropped"]:
+    head = pa.concat_tables([t.select(_HEAD) for t in by_kind[b"dropped"]])
     logs.append(head.append_column("fp_transform", pa.nulls(head.num_rows, pa.uint64())))
   log = _sorted(pa.concat_tables(logs, promote_options="default")).combine_chunks()
   log = pa.Table.from_arrays(log.columns, names=log.schema.names)  # no part metadata
@@ -319,8 +374,8 @@ class _MergeBucketsFn(beam.DoFn):
 
 
 class WriteFeatureLog(beam.PTransform):
-  """(transformed batches with the stage columns passed through, dropped batches) -> one info
-  dict per bucket written."""
+  """(batches going into TFT, with LOG_HASH; TFT's output with LOG_HASH and the raw fingerprint
+  passed through; dropped batches) -> one info dict per bucket written."""
 
   def __init__(self, temp_dir, num_buckets, event_column):
     super().__init__()
@@ -329,11 +384,13 @@ class WriteFeatureLog(beam.PTransform):
     self._event_column = event_column
 
   def expand(self, pcolls):
-    transformed, dropped = pcolls
+    staged, transformed, dropped = pcolls
     args = (self._temp_dir, self._num_buckets, self._event_column)
     parts = (
-        transformed | "WriteTransformedParts" >> beam.ParDo(_WritePartsFn(*args, False)),
-        dropped | "WriteDroppedParts" >> beam.ParDo(_WritePartsFn(*args, True)),
+        staged | "WriteHeadParts" >> beam.ParDo(_WriteHeadPartsFn(*args, False)),
+        transformed | "WriteTransformedParts" >> beam.ParDo(
+            _WriteValuesPartsFn(self._temp_dir, self._num_buckets)),
+        dropped | "WriteDroppedParts" >> beam.ParDo(_WriteHeadPartsFn(*args, True)),
     ) | "AllParts" >> beam.Flatten()
     return (parts
             | "GroupByBucket" >> beam.GroupByKey()

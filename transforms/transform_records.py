@@ -2,13 +2,12 @@
 
 Input batches hold flat columns (one value or null per record); they are fed to
 tft_beam.AnalyzeAndTransformDataset as one-value list columns with a TFXIO TensorAdapterConfig
-(a VarLenSparse tensor per feature, as TFXIO gives a one-value TFMD feature). The record key and
-any other `passthrough` columns (the feature log's stage columns) ride along as TFT passthrough
-columns, hidden from preprocessing_fn: TFT hands them back row-aligned with its output, so the
-log is written straight from the transform output, with no join. Output: RecordBatches of the
-transformed features (as TFT emits them: one list per feature) plus the passthrough columns
-(flat again; __key__ as string), and the transform_fn. Must run inside a tft_beam.Context whose
-passthrough_keys are passthrough_keys(passthrough).
+(a VarLenSparse tensor per feature, as TFXIO gives a one-value TFMD feature). The `passthrough`
+columns (for the feature log: the record's log hash and raw fingerprint) ride along as one TFT
+passthrough column, hidden from preprocessing_fn: TFT hands them back row-aligned with its
+output. Output: RecordBatches of the transformed features (as TFT emits them: one list per
+feature) plus the passthrough columns (flat again), and the transform_fn. Must run inside a
+tft_beam.Context whose passthrough_keys are passthrough_keys(passthrough).
 """
 import apache_beam as beam
 import numpy as np
@@ -17,7 +16,6 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from transforms.key_rows import KEY
 
 __all__ = ["TransformRecords", "to_tft_batch", "passthrough_keys", "PASSTHROUGH"]
 
@@ -39,19 +37,18 @@ def _as_lists(arr):
 
 
 def to_tft_batch(batch, feature_columns, passthrough=None):
-  """The TFT input batch: features as one-value lists (strings as bytes), then __key__ (as
-  large_string) as one-element lists; with `passthrough` ({name: batch column}), also one
-  PASSTHROUGH column: one-element lists of a struct of those columns (one offsets buffer for
-  all of them: this batch is materialised for TFT's second pass, so its bytes count). TFT
-  refuses a passthrough column named like a feature, hence the names."""
+  """The TFT input batch: features as one-value lists (strings as bytes); with `passthrough`
+  ({name: batch column}), also one PASSTHROUGH column: one-element lists of a struct of those
+  columns (one offsets buffer for all of them: this batch is materialised for TFT's second
+  pass, so its bytes count). TFT refuses a passthrough column named like a feature, hence the
+  one struct."""
   arrays = []
   for name in feature_columns:
     col = batch.column(name)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
       col = col.cast(pa.large_binary())
     arrays.append(_one_value_lists(col))
-  arrays.append(_as_lists(batch.column(KEY).cast(pa.large_string())))
-  names = list(feature_columns) + [KEY]
+  names = list(feature_columns)
   if passthrough:
     arrays.append(_as_lists(pa.StructArray.from_arrays(
         [batch.column(source) for source in passthrough.values()], names=list(passthrough))))
@@ -61,14 +58,12 @@ def to_tft_batch(batch, feature_columns, passthrough=None):
 
 def passthrough_keys(passthrough=None):
   """The tft_beam.Context passthrough_keys for to_tft_batch batches."""
-  return {KEY, PASSTHROUGH} if passthrough else {KEY}
+  return {PASSTHROUGH} if passthrough else set()
 
 
 def _from_tft(element):
-  """TFT output -> flat __key__ (string) and the passthrough columns, back under their names."""
+  """TFT output -> the passthrough columns back under their names, flat."""
   batch, _ = element
-  idx = batch.schema.get_field_index(KEY)
-  batch = batch.set_column(idx, KEY, batch.column(idx).flatten())
   idx = batch.schema.get_field_index(PASSTHROUGH)
   if idx < 0:
     return batch
@@ -80,7 +75,7 @@ def _from_tft(element):
 
 
 class TransformRecords(beam.PTransform):
-  """RecordBatches (flat feature columns + __key__) -> (transformed batches, transform_fn).
+  """RecordBatches (flat feature columns) -> (transformed batches, transform_fn).
 
   Must run inside a tft_beam.Context; `arrow_schema` is the schema to_tft_batch produces (with
   the same passthrough columns).
@@ -104,5 +99,5 @@ class TransformRecords(beam.PTransform):
         (tft_batches, adapter)
         | "AnalyzeAndTransform" >> tft_beam.AnalyzeAndTransformDataset(
             self._fn, output_record_batches=True))
-    return (transformed | "FlattenKeys" >> beam.Map(_from_tft).with_output_types(
+    return (transformed | "UnpackPassthrough" >> beam.Map(_from_tft).with_output_types(
         pa.RecordBatch)), transform_fn
