@@ -620,13 +620,6 @@ def decode_examples(data, offsets, columns):
   return _decode_records(buf, offsets[:-1], offsets[1:], columns)
 
 
-def _validity(valid):
-  """(Arrow validity buffer or None when all valid, mask for pa.array or None)."""
-  if valid.all():
-    return None, None
-  return pa.py_buffer(np.packbits(valid, bitorder="little")), ~valid
-
-
 def _decode_records(buf, starts, ends, columns):
   columns = list(columns)
   order = sorted(range(len(columns)), key=lambda c: columns[c][0].encode("utf-8"))
@@ -648,16 +641,26 @@ def _decode_records(buf, starts, ends, columns):
   error, row = _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, spans)
   if error:
     raise TFRecordError(f"record {row}: {_DECODE_ERRORS[error]}")
+  # Whole-array steps for all columns at once, then zero-copy Arrow arrays: few numpy calls
+  # (each gives the GIL back, and on a worker thread may wait to take it again).
+  valid_all = count == 1
+  nulls = n - valid_all.sum(axis=1)
+  is_float = kinds[~is_bytes] == KIND_FLOAT
+  floats = np.empty((0, n)) if not is_float.any() else \
+      bits[is_float].astype(np.uint32).view(np.float32).astype(np.float64)
+  float_row = np.cumsum(is_float) - 1  # row in floats of each int/float slot
   arrays = []
   for name, typ in columns:
     c = position[len(arrays)]
-    valid = count[c] == 1
-    bitmap, mask = _validity(valid)
+    valid = valid_all[c]
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls[c] else None
     k = slots[c]
     if kinds[c] == KIND_INT:
-      arr = pa.array(bits[k].view(np.int64), mask=mask).cast(typ)
+      arr = pa.Array.from_buffers(pa.int64(), n, [bitmap, pa.py_buffer(bits[k])])
+      arr = arr if typ == pa.int64() else arr.cast(typ)
     elif kinds[c] == KIND_FLOAT:
-      arr = pa.array(bits[k].astype(np.uint32).view(np.float32), mask=mask).cast(typ)
+      arr = pa.Array.from_buffers(pa.float64(), n, [bitmap, pa.py_buffer(floats[float_row[k]])])
+      arr = arr if typ == pa.float64() else arr.cast(typ)
     else:
       lengths = np.where(valid, spans[1, k], 0)
       offsets = np.zeros(n + 1, dtype=np.int64)
