@@ -136,6 +136,25 @@ def test_framing_checksums_agree_with_google_crc32c():
   assert count == _table().num_rows
 
 
+def test_both_crc32c_kernels_agree_with_google_crc32c():
+  import google_crc32c
+
+  def masked(data):
+    c = google_crc32c.value(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+  kernels = [tfrecord._crc32c_masked_table]  # numba dispatchers: callable from Python too
+  if tfrecord.HARDWARE_CRC:  # this CPU has SSE4.2: its kernel is the one the encoder uses
+    kernels.append(tfrecord._crc32c_masked_sse42)
+  assert tfrecord._crc32c_masked is (tfrecord._crc32c_masked_sse42 if tfrecord.HARDWARE_CRC
+                                     else tfrecord._crc32c_masked_table)
+  buf = np.frombuffer(np.random.default_rng(11).bytes(5000), dtype=np.uint8)
+  for lo, hi in [(0, 0), (0, 1), (3, 11), (5, 12), (1, 100), (7, 557), (0, 5000)]:
+    for kernel in kernels:
+      got = int(kernel(buf, lo, hi, tfrecord._CRC_TABLE)) & 0xFFFFFFFF  # callers keep 32 bits
+      assert got == masked(buf[lo:hi].tobytes()), (lo, hi)
+
+
 def _frame(records):
   """TFRecord framing of record bytes (TensorFlow's writer)."""
   import tensorflow as tf

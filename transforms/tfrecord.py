@@ -4,9 +4,15 @@ tf.Example holds int64, float32 and bytes lists only, so FLOAT (float64) columns
 as float32 (rounded to nearest); Parquet keeps them exact. Each CSV value becomes a
 one-element list; a missing value is an absent feature (decoded as null).
 """
+import platform
+
+import llvmlite.binding as llvm
 import numba
 import numpy as np
 import pyarrow as pa
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from transforms.fingerprint import fixed_values, validity
 
@@ -56,9 +62,66 @@ def _put_varint(out, pos, v):
   return pos + 1
 
 
+def _has_sse42():
+  """Whether this machine's CPU has SSE4.2's crc32 instruction (numba compiles for the host)."""
+  if platform.machine().lower() not in ("x86_64", "amd64"):
+    return False
+  return bool(llvm.get_host_cpu_features().get("sse4.2", False))
+
+
+@intrinsic
+def _load_u64(typingctx, buf, pos):
+  """The little-endian uint64 at buf[pos:pos + 8] of a uint8 array, one unaligned load."""
+  sig = types.uint64(buf, pos)
+
+  def codegen(context, builder, signature, args):
+    data = context.make_array(signature.args[0])(context, builder, args[0]).data
+    ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+    return builder.load(ptr, align=1)
+  return sig, codegen
+
+
+@intrinsic
+def _crc32c_u64(typingctx, crc, word):
+  sig = types.uint64(types.uint64, types.uint64)
+
+  def codegen(context, builder, signature, args):
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+        ir.IntType(64), [ir.IntType(64), ir.IntType(64)]), "llvm.x86.sse42.crc32.64.64")
+    return builder.call(fn, args)
+  return sig, codegen
+
+
+@intrinsic
+def _crc32c_u8(typingctx, crc, byte):
+  sig = types.uint32(types.uint32, types.uint8)
+
+  def codegen(context, builder, signature, args):
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+        ir.IntType(32), [ir.IntType(32), ir.IntType(8)]), "llvm.x86.sse42.crc32.32.8")
+    return builder.call(fn, args)
+  return sig, codegen
+
+
 @numba.njit(inline="always")
-def _crc32c_masked(buf, lo, hi, t):
-  """Masked CRC32C of buf[lo:hi], eight bytes per step (slice-by-8)."""
+def _crc32c_masked_sse42(buf, lo, hi, t):
+  """_crc32c_masked with SSE4.2's crc32 instruction, eight bytes per instruction (t unused)."""
+  c = np.uint64(0xFFFFFFFF)
+  p = lo
+  while p + 8 <= hi:
+    c = _crc32c_u64(c, _load_u64(buf, p))
+    p += 8
+  c32 = np.uint32(c)
+  while p < hi:
+    c32 = _crc32c_u8(c32, buf[p])
+    p += 1
+  c32 = c32 ^ np.uint32(0xFFFFFFFF)
+  return ((c32 >> np.uint32(15)) | (c32 << np.uint32(17))) + np.uint32(_MASK_DELTA)
+
+
+@numba.njit(inline="always")
+def _crc32c_masked_table(buf, lo, hi, t):
+  """Masked CRC32C of buf[lo:hi], eight bytes per step (slice-by-8 tables t)."""
   c = np.uint32(0xFFFFFFFF)
   p = lo
   while p + 8 <= hi:
@@ -73,6 +136,12 @@ def _crc32c_masked(buf, lo, hi, t):
     p += 1
   c = c ^ np.uint32(0xFFFFFFFF)
   return ((c >> np.uint32(15)) | (c << np.uint32(17))) + np.uint32(_MASK_DELTA)
+
+
+# The kernels use the crc32 instruction where the CPU has it (34 MB: 3 ms instead of 15), the
+# tables elsewhere; numba's cache is per CPU, so a cached kernel never meets the wrong one.
+HARDWARE_CRC = _has_sse42()
+_crc32c_masked = _crc32c_masked_sse42 if HARDWARE_CRC else _crc32c_masked_table
 
 
 @numba.njit(inline="always")
