@@ -81,26 +81,22 @@ def _load_u64(typingctx, buf, pos):
   return sig, codegen
 
 
-@intrinsic
-def _crc32c_u64(typingctx, crc, word):
-  sig = types.uint64(types.uint64, types.uint64)
+def _sse42_crc32(width, value_type, name):
+  """A numba intrinsic for SSE4.2's crc32 of a `value_type` into a `width`-bit accumulator."""
+  acc = types.uint64 if width == 64 else types.uint32
 
-  def codegen(context, builder, signature, args):
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-        ir.IntType(64), [ir.IntType(64), ir.IntType(64)]), "llvm.x86.sse42.crc32.64.64")
-    return builder.call(fn, args)
-  return sig, codegen
+  @intrinsic
+  def crc32(typingctx, crc, value):
+    def codegen(context, builder, signature, args):
+      fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
+          ir.IntType(width), [ir.IntType(width), ir.IntType(value_type.bitwidth)]), name)
+      return builder.call(fn, args)
+    return acc(acc, value_type), codegen
+  return crc32
 
 
-@intrinsic
-def _crc32c_u8(typingctx, crc, byte):
-  sig = types.uint32(types.uint32, types.uint8)
-
-  def codegen(context, builder, signature, args):
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(
-        ir.IntType(32), [ir.IntType(32), ir.IntType(8)]), "llvm.x86.sse42.crc32.32.8")
-    return builder.call(fn, args)
-  return sig, codegen
+_crc32c_u64 = _sse42_crc32(64, types.uint64, "llvm.x86.sse42.crc32.64.64")
+_crc32c_u8 = _sse42_crc32(32, types.uint8, "llvm.x86.sse42.crc32.32.8")
 
 
 @numba.njit(inline="always")
