@@ -66,7 +66,10 @@ def _has_sse42():
   """Whether this machine's CPU has SSE4.2's crc32 instruction (numba compiles for the host)."""
   if platform.machine().lower() not in ("x86_64", "amd64"):
     return False
-  return bool(llvm.get_host_cpu_features().get("sse4.2", False))
+  try:
+    return bool(llvm.get_host_cpu_features().get("sse4.2", False))
+  except RuntimeError:  # llvmlite cannot list this host's features: take the tables
+    return False
 
 
 @intrinsic
