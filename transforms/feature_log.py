@@ -40,7 +40,7 @@ from transforms import fingerprint, tfrecord
 from transforms.key_rows import FP, KEY, RAW_FP
 from transforms.ahead import AheadDoFn
 from transforms.serialize_records import SERIALIZE_FP
-from transforms.shard_records import SHARD_FP, SHARD_ID
+from transforms.shard_records import SHARD_FP, SHARD_ID, key_hash
 from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
 
 __all__ = ["WriteFeatureLog", "STAGES", "FP_STAGES", "RECORD_STAGES", "stage_digests", "LOG_SEED", "bucket_of",
@@ -80,7 +80,7 @@ def dictionary_columns(names):
 
 def log_hash(keys):
   """uint64[n]: each key's XXH64 fingerprint {__key__: key} with LOG_SEED."""
-  return fingerprint.fingerprint_batch(pa.record_batch([keys], names=[KEY]), seed=LOG_SEED)
+  return key_hash(keys, LOG_SEED)
 
 
 def bucket_of(keys, num_buckets):

@@ -12,19 +12,21 @@ import pyarrow as pa
 from transforms import fingerprint
 from transforms.key_rows import KEY
 
-__all__ = ["ShardRecords", "shard_batch", "sample_batch", "SHARD_ID", "SHARD_FP"]
+__all__ = ["ShardRecords", "shard_batch", "sample_batch", "key_hash", "SHARD_ID", "SHARD_FP"]
 
 SHARD_ID, SHARD_FP = "__shard_id__", "__shard_fp__"
 
 
-def _key_hash(batch, seed):
-  return fingerprint.fingerprint_batch(pa.record_batch([batch.column(KEY)], names=[KEY]),
-                                       seed=seed)
+def key_hash(keys, seed):
+  """uint64[n]: each key's XXH64 fingerprint {__key__: key} with `seed` (the shard, sampling and
+  feature-log bucket hashes, each with its own seed)."""
+  return fingerprint.fingerprint_batch(pa.record_batch([keys], names=[KEY]), seed=seed)
 
 
 def shard_batch(batch, profile):
   """batch + SHARD_ID (int64) + SHARD_FP (uint64)."""
-  shard = (_key_hash(batch, profile.hash_seed) % np.uint64(profile.num_shards)).astype(np.int64)
+  shard = (key_hash(batch.column(KEY), profile.hash_seed)
+           % np.uint64(profile.num_shards)).astype(np.int64)
   batch = batch.append_column(SHARD_ID, pa.array(shard))
   return batch.append_column(SHARD_FP, pa.array(
       fingerprint.fingerprint_batch(batch, [SHARD_ID, KEY])))
@@ -35,7 +37,7 @@ def sample_batch(batch, profile):
   if profile.sampling_fraction >= 1:
     return batch
   limit = np.uint64(min(2**64 - 1, int(profile.sampling_fraction * 2**64)))
-  return batch.filter(pa.array(_key_hash(batch, profile.sampling_seed) < limit))
+  return batch.filter(pa.array(key_hash(batch.column(KEY), profile.sampling_seed) < limit))
 
 
 class ShardRecords(beam.PTransform):
