@@ -1,6 +1,6 @@
 """Benchmark: pipelines.features vs bare TF Transform on the same data and preprocessing_fn.
 
-  python bench/features.py [--rows 1000000] [--repeat 2]
+  python bench/features.py [--rows 1000000] [--repeat N]
 
 Builds the bench/ingest.py input (taxi sample repeated, shifted timestamps, unique trip_id),
 ingests it once (not timed), then times in separate processes, one after the other:
@@ -23,7 +23,7 @@ ingests it once (not timed), then times in separate processes, one after the oth
 Prints wall times (and the CPU time and the 1-minute load average before each run: the machine is
 shared, so a loaded run shows it), the overhead of (2) over (1w) against the target, and, for
 what the stages and the log cost in absolute terms, over (1) and (1s), TFT alone. With --repeat N
-the five run N times, alternating, and each overhead is printed with the median.
+the five run N times, alternating, and the three overall overheads are also printed as medians.
 """
 import argparse
 import os
@@ -42,7 +42,6 @@ BARE = r'''
 import sys, tempfile, numpy as np, pyarrow as pa, apache_beam as beam, tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 from transforms import taxi, schema
-from transforms.key_rows import KEY
 from transforms.transform_records import to_tft_batch
 from tfx_bsl.public import tfxio
 from tensorflow_metadata.proto.v0 import schema_pb2
@@ -56,10 +55,9 @@ types = {c["name"]: schema.ARROW_TYPES[c["type"]] for c in manifest["schema"]["c
 def prep(table):
   for b in table.to_batches():
     b = b.append_column("area_trips_in_window", pa.array(np.zeros(b.num_rows, np.int64)))
-    yield to_tft_batch(b, cols).select(cols)  # bare TFT: no key passthrough
-empty = pa.record_batch([pa.array([], types.get(n, pa.int64())) for n in cols] +
-                        [pa.array([], pa.large_string())], names=cols + [KEY])
-adapter = tfxio.TensorAdapterConfig(to_tft_batch(empty, cols).select(cols).schema, {n: schema_pb2.TensorRepresentation(
+    yield to_tft_batch(b, cols)  # bare TFT: no passthrough
+empty = pa.record_batch([pa.array([], types.get(n, pa.int64())) for n in cols], names=cols)
+adapter = tfxio.TensorAdapterConfig(to_tft_batch(empty, cols).schema, {n: schema_pb2.TensorRepresentation(
     varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(column_name=n)) for n in cols})
 with beam.Pipeline() as p:
   with tft_beam.Context(temp_dir=tempfile.mkdtemp()):
@@ -85,7 +83,7 @@ from pipelines import features
 from transforms import feature_log
 
 class CountOnly(beam.PTransform):
-  """(transformed, dropped batches) -> nothing: their rows counted, no log written."""
+  """(staged, transformed, dropped batches) -> nothing: their rows counted, no log written."""
   def __init__(self, *unused):
     super().__init__()
   def expand(self, pcolls):  # counted where produced: only the counts are flattened

@@ -315,6 +315,12 @@ def test_merge_refuses_transformed_rows_that_do_not_match_the_records(tmp_path):
     fl.merge_bucket(str(tmp_path / "b"), 1, 0, parts[0])
 
 
+
+def test_stage_fingerprint_columns_read_unsigned_keep_their_nulls():
+  from transforms import feature_log as fl
+  got = fl._as_uint64(pa.chunked_array([[5, None], [-1]], pa.int64()))
+  assert got.type == pa.uint64() and got.to_pylist() == [5, None, 2**64 - 1]
+
 def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   from transforms import feature_log as fl
   staged, kept = _log_batches(200, 3, multi_value_rows=[150])

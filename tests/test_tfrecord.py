@@ -155,6 +155,18 @@ def test_both_crc32c_kernels_agree_with_google_crc32c():
       assert got == masked(buf[lo:hi].tobytes()), (lo, hi)
 
 
+
+def test_hardware_crc_follows_the_cpu_features_numba_targets(monkeypatch):
+  import platform
+  import numba
+  x86 = platform.machine().lower() in ("x86_64", "amd64")
+  for features, expected in [("", False), ("+sse4.1,-sse4.2", False),
+                             ("+sse4.2,+popcnt", x86), ("+popcnt,+sse4.2", x86)]:
+    monkeypatch.setattr(numba.core.config, "CPU_FEATURES", features)
+    assert tfrecord._has_sse42() is expected, features
+  monkeypatch.setattr(numba.core.config, "CPU_FEATURES", None)  # the host's, as at import
+  assert tfrecord._has_sse42() == tfrecord.HARDWARE_CRC
+
 def _frame(records):
   """TFRecord framing of record bytes (TensorFlow's writer)."""
   import tensorflow as tf

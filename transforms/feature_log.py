@@ -12,7 +12,7 @@ by key). Each bucket yields its digests per stage (transforms/fingerprint.combin
 stage fingerprints present), which the run metadata carries so a diff can skip equal buckets.
 
 How it is written (the shape of Beam's WriteFiles): the records going into TFT have their stage
-columns written right there, one Arrow IPC "head" part file per bucket per bundle (with
+columns written right there, one Arrow IPC "head" part file per bucket per batch (with
 LOG_HASH, their bucket hash); TFT carries only LOG_HASH and the raw fingerprint through
 (passthrough), and its output is written the same way as "kept" parts of transformed values;
 dropped records as "dropped" parts. Only (bucket, part path) pairs cross the shuffle. One merge
@@ -116,9 +116,8 @@ def passthrough_types():
 
 def _as_uint64(column):
   arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-  if pa.types.is_int64(arr.type):
-    return pa.array(arr.to_numpy(zero_copy_only=False).view(np.uint64),
-                    mask=arr.is_null().to_numpy(zero_copy_only=False))
+  if pa.types.is_int64(arr.type):  # the same 64 bits read unsigned, nulls kept (zero copy)
+    return arr.view(pa.uint64())
   return arr.cast(pa.uint64())
 
 

@@ -63,9 +63,13 @@ def _put_varint(out, pos, v):
 
 
 def _has_sse42():
-  """Whether this machine's CPU has SSE4.2's crc32 instruction (numba compiles for the host)."""
+  """Whether the CPU numba compiles for has SSE4.2's crc32 instruction: numba targets the
+  NUMBA_CPU_FEATURES features when they are set (NUMBA_CPU_NAME=generic sets none), else the
+  host's, and so does this check."""
   if platform.machine().lower() not in ("x86_64", "amd64"):
     return False
+  if numba.core.config.CPU_FEATURES is not None:
+    return "+sse4.2" in numba.core.config.CPU_FEATURES.split(",")
   try:
     return bool(llvm.get_host_cpu_features().get("sse4.2", False))
   except RuntimeError:  # llvmlite cannot list this host's features: take the tables
@@ -138,7 +142,8 @@ def _crc32c_masked_table(buf, lo, hi, t):
 
 
 # The kernels use the crc32 instruction where the CPU has it (34 MB: 3 ms instead of 15), the
-# tables elsewhere; numba's cache is per CPU, so a cached kernel never meets the wrong one.
+# tables elsewhere; numba keys its cache by the target CPU's name and features (those _has_sse42
+# checks), so a cached kernel never meets the wrong one.
 HARDWARE_CRC = _has_sse42()
 _crc32c_masked = _crc32c_masked_sse42 if HARDWARE_CRC else _crc32c_masked_table
 

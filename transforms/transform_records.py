@@ -23,7 +23,7 @@ PASSTHROUGH = "__passthrough__"
 
 
 def _one_value_lists(arr):
-  """One-value (or empty, for null) lists with 32-bit offsets: a batch's row count always fits,
+  """One-value lists (a null list for a null value) with 32-bit offsets: a batch's row count always fits,
   and the batch is materialised between TFT's two passes (4 bytes a record a feature fewer)."""
   valid = arr.is_valid().to_numpy(zero_copy_only=False)
   offsets = np.zeros(len(arr) + 1, dtype=np.int32)
