@@ -321,6 +321,7 @@ def test_stage_fingerprint_columns_read_unsigned_keep_their_nulls():
   got = fl._as_uint64(pa.chunked_array([[5, None], [-1]], pa.int64()))
   assert got.type == pa.uint64() and got.to_pylist() == [5, None, 2**64 - 1]
 
+
 def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   from transforms import feature_log as fl
   staged, kept = _log_batches(200, 3, multi_value_rows=[150])
@@ -337,7 +338,7 @@ def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   from transforms import fingerprint
   heads = [fl._read_part(path) for _, path in fl._WriteHeadPartsFn(
       str(tmp_path), 1, "trip_start_timestamp", False).work(staged)]
-  log, names = fl._kept_log(heads, parts, 0)  # g_id is mixed: its fingerprints are over lists
+  log, names = fl._merged_log(heads, parts, [], 0)  # g_id is mixed: its fingerprints are over lists
   assert names == ["f_z", "g_id"]
   rows = log.to_pylist()
   assert all(r["fp__g_id"] == fingerprint.fingerprint_record({"g_id": r["value__g_id"]}) and

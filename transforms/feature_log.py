@@ -66,7 +66,6 @@ _PARTS = "feature_log_parts"
 LOG_HASH = "__log_hash__"
 _ONE_VALUE = b"skewtrace.one_value"  # field metadata of a part column stored flat
 _KIND = b"skewtrace.part"  # schema metadata of a part: b"head", b"kept" or b"dropped"
-_ALIGN = [(LOG_HASH, "ascending"), ("fp_raw", "ascending")]
 _THREADS = 2
 
 
@@ -254,43 +253,54 @@ def _feature_column(parts, name):
   return pa.chunked_array(chunks, list_type).combine_chunks()
 
 
-def _sorted(table):
-  """By key; ties (duplicate keys) by the stage fingerprints, so bundling never shows."""
-  keys = [("key", "ascending")] + [(f"fp_{s}", "ascending") for s in STAGES if s != "analyze"]
-  return table.take(pc.sort_indices(table, keys))
+# The log's row order: by key, ties by the stage fingerprints before TFT. Rows equal in all of
+# them are the same record through every stage, TFT's output included (equal fp_transform), so
+# which of them comes first never shows: the order does not depend on bundling.
+_ORDER = [("key", "ascending")] + [(f"fp_{s}", "ascending") for s in RECORD_STAGES]
 
 
-def _kept_log(heads, kept, bucket):
-  """The log rows of a bucket's records that reached the transform stage: their stage columns
-  (head parts) lined up with their transformed values (kept parts) by (LOG_HASH, fp_raw) --
-  rows equal in both are the same raw record, equal through every stage -- then fp_transform,
-  fp__F and value__F per feature F (sorted by name); the fingerprints are over the values as
-  the log holds them. Returns (table, feature names)."""
+def _merged_log(heads, kept, dropped, bucket):
+  """(the bucket's log rows in log order, its feature names; None when no record of the bucket
+  went into TFT).
+
+  The stage columns come from the head parts (records that went into TFT) and the dropped
+  parts. Each transformed row (kept parts) is lined up with its head row by (LOG_HASH, fp_raw)
+  -- rows equal in both are the same raw record, equal through every stage -- and the values
+  are gathered in log order with one take (null for dropped rows). fp_transform and fp__F per
+  feature F (sorted by name) are computed over the values as the log holds them."""
   names = sorted(n[len("value__"):] for n in kept[0].schema.names if n.startswith("value__")) \
-      if kept else []
-  head = pa.concat_tables([t.select(_HEAD + [LOG_HASH]) for t in heads]) if heads else None
-  rows = head.num_rows if head is not None else 0
+      if kept else ([] if heads else None)
+  head = pa.concat_tables([t.select(_HEAD) for t in heads + dropped], promote_options="default")
+  rows = sum(t.num_rows for t in heads)
   got = sum(t.num_rows for t in kept)
   if rows != got:
     raise ValueError(f"bucket {bucket}: {rows} records went into TFT but {got} transformed "
                      "rows came back")
-  values = pa.table(
-      [pa.concat_arrays([c for t in kept for c in t.column(LOG_HASH).chunks]),
-       pa.concat_arrays([c for t in kept for c in t.column("fp_raw").chunks])] +
-      [_feature_column(kept, "value__" + n) for n in names], names=[LOG_HASH, "fp_raw"] + names)
-  by_head, by_value = (pc.sort_indices(t, _ALIGN) for t in (head, values))
-  if not all(head.column(c).take(by_head).equals(values.column(c).take(by_value))
-             for c in (LOG_HASH, "fp_raw")):
+  order = pc.sort_indices(head, _ORDER)
+  cols = {c: head.column(c).take(order) for c in _HEAD}
+  if names is None:
+    cols["fp_transform"] = pa.nulls(head.num_rows, pa.uint64())
+    return pa.table(cols), None
+  pairs = pa.table([pa.concat_arrays([c for t in part for c in t.column(name).chunks])
+                    for name, part in ((LOG_HASH, heads), (LOG_HASH, kept), ("fp_raw", heads),
+                                       ("fp_raw", kept))], names=["h", "v", "hr", "vr"])
+  by_head = pc.sort_indices(pairs.select(["h", "hr"]), [("h", "ascending"), ("hr", "ascending")])
+  by_value = pc.sort_indices(pairs.select(["v", "vr"]), [("v", "ascending"), ("vr", "ascending")])
+  if not all(pairs.column(a).take(by_head).equals(pairs.column(b).take(by_value))
+             for a, b in (("h", "v"), ("hr", "vr"))):
     raise ValueError(f"bucket {bucket}: transformed rows do not match the records that went "
                      "into TFT")
-  match = np.empty(rows, dtype=np.int64)  # head row by_head[k] <- value row by_value[k]
-  match[by_head.to_numpy()] = by_value.to_numpy()
-  values = values.select(names).take(pa.array(match))
+  source = np.full(head.num_rows, -1, dtype=np.int64)  # head row -> its value row (-1: dropped)
+  source[by_head.to_numpy()] = by_value.to_numpy()
+  source = source[order.to_numpy()]
+  absent = source < 0
+  mask = absent if absent.any() else None
+  values = pa.table([_feature_column(kept, "value__" + n) for n in names], names=names).take(
+      pa.array(source, mask=mask))
   record_fp, feature_fps = fingerprint.fingerprint_fields(values)
-  cols = {c: head.column(c) for c in _HEAD}
-  cols["fp_transform"] = pa.array(record_fp)
+  cols["fp_transform"] = pa.array(record_fp, mask=mask)
   for n in names:
-    cols[f"fp__{n}"] = pa.array(feature_fps[n])
+    cols[f"fp__{n}"] = pa.array(feature_fps[n], mask=mask)
     cols[f"value__{n}"] = values.column(n)
   return pa.table(cols), names
 
@@ -303,14 +313,8 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths):
   parts = [_read_part(p) for p in sorted(paths)]
   by_kind = {k: [t for t in parts if t.schema.metadata.get(_KIND) == k]
              for k in (b"head", b"kept", b"dropped")}
-  logs, names = [], None
-  if by_kind[b"head"] or by_kind[b"kept"]:
-    log, names = _kept_log(by_kind[b"head"], by_kind[b"kept"], bucket)
-    logs.append(log)
-  if by_kind[b"dropped"]:
-    head = pa.concat_tables([t.select(_HEAD) for t in by_kind[b"dropped"]])
-    logs.append(head.append_column("fp_transform", pa.nulls(head.num_rows, pa.uint64())))
-  log = _sorted(pa.concat_tables(logs, promote_options="default")).combine_chunks()
+  log, names = _merged_log(by_kind[b"head"], by_kind[b"kept"], by_kind[b"dropped"], bucket)
+  log = log.combine_chunks()
   log = pa.Table.from_arrays(log.columns, names=log.schema.names)  # no part metadata
   if names is not None:
     _write_transformed(temp_dir, num_buckets, bucket, log, names)
