@@ -43,11 +43,17 @@ def to_tft_batch(batch, feature_columns, passthrough=None):
   pass, so its bytes count). TFT refuses a passthrough column named like a feature, hence the
   one struct."""
   arrays = []
+  every_row = None  # the offsets of a column without nulls, shared by all such columns
   for name in feature_columns:
     col = batch.column(name)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
       col = col.cast(pa.large_binary())
-    arrays.append(_one_value_lists(col))
+    if col.null_count:
+      arrays.append(_one_value_lists(col))
+    else:
+      if every_row is None:
+        every_row = pa.array(np.arange(len(col) + 1, dtype=np.int32))
+      arrays.append(pa.ListArray.from_arrays(every_row, col))
   names = list(feature_columns)
   if passthrough:
     arrays.append(_as_lists(pa.StructArray.from_arrays(
