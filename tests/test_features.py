@@ -301,6 +301,24 @@ def test_feature_log_bytes_do_not_depend_on_bundling(tmp_path):
       {"f_z": row["value__f_z"], "g_id": row["value__g_id"]})
 
 
+
+def test_log_order_of_identical_records_never_follows_tft_output_order(tmp_path):
+  # Five records appear twice (same key, same fingerprint at every stage before TFT); their
+  # copies come back from TFT with other values, as a preprocessing_fn that is not a function
+  # of the record would give: the log orders them by fp_transform, not by TFT's output order.
+  staged, transformed = _log_batches(20, 5)
+  again = transformed.slice(0, 5)
+  again = again.set_column(again.schema.get_field_index("f_z"), "f_z", pa.ListArray.from_arrays(
+      pa.array(np.arange(6, dtype=np.int32)), pa.array(np.arange(5, dtype=np.float32) + 0.5)))
+  staged = pa.Table.from_batches([staged, staged.slice(0, 5)]).combine_chunks().to_batches()[0]
+  both = pa.Table.from_batches([transformed, again]).combine_chunks().to_batches()[0]
+  one, _ = _write_log(tmp_path / "one", [staged], [both], [], num_buckets=1)
+  flipped = both.take(pa.array(np.arange(both.num_rows)[::-1]))
+  other, _ = _write_log(tmp_path / "other", [staged], [flipped], [], num_buckets=1)
+  assert one == other
+  log = pq.read_table(tmp_path / "one" / sorted(one)[0])
+  assert log.num_rows == 25 and log.column("key").to_pylist() == sorted(log.column("key").to_pylist())
+
 def test_merge_refuses_transformed_rows_that_do_not_match_the_records(tmp_path):
   from transforms import feature_log as fl
   staged, transformed = _log_batches(50, 4)
@@ -313,6 +331,9 @@ def test_merge_refuses_transformed_rows_that_do_not_match_the_records(tmp_path):
   parts = _parts(tmp_path / "b", [staged], [other], [], 1)
   with pytest.raises(ValueError, match="do not match"):
     fl.merge_bucket(str(tmp_path / "b"), 1, 0, parts[0])
+  parts = _parts(tmp_path / "c", [], [transformed], [], 1)  # values of no record at all
+  with pytest.raises(ValueError, match="0 records went into TFT but 50"):
+    fl.merge_bucket(str(tmp_path / "c"), 1, 0, parts[0])
 
 
 

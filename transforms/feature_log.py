@@ -270,12 +270,12 @@ def _merged_log(heads, kept, dropped, bucket):
   feature F (sorted by name) are computed over the values as the log holds them."""
   names = sorted(n[len("value__"):] for n in kept[0].schema.names if n.startswith("value__")) \
       if kept else ([] if heads else None)
-  head = pa.concat_tables([t.select(_HEAD) for t in heads + dropped], promote_options="default")
   rows = sum(t.num_rows for t in heads)
   got = sum(t.num_rows for t in kept)
   if rows != got:
     raise ValueError(f"bucket {bucket}: {rows} records went into TFT but {got} transformed "
                      "rows came back")
+  head = pa.concat_tables([t.select(_HEAD) for t in heads + dropped], promote_options="default")
   order = pc.sort_indices(head, _ORDER)
   cols = {c: head.column(c).take(order) for c in _HEAD}
   if names is None:
@@ -302,7 +302,14 @@ def _merged_log(heads, kept, dropped, bucket):
   for n in names:
     cols[f"fp__{n}"] = pa.array(feature_fps[n], mask=mask)
     cols[f"value__{n}"] = values.column(n)
-  return pa.table(cols), names
+  log = pa.table(cols)
+  keys = log.column("key")
+  if len(keys) > 1 and pc.any(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
+    # A key seen twice: rows tied on every _ORDER column are the same record, and a
+    # deterministic preprocessing_fn gives them equal values; fp_transform breaks the tie
+    # anyway, so their order never follows TFT's output order.
+    log = log.take(pc.sort_indices(log, _ORDER + [("fp_transform", "ascending")]))
+  return log, names
 
 
 def merge_bucket(temp_dir, num_buckets, bucket, paths):

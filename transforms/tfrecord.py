@@ -76,9 +76,18 @@ def _has_sse42():
     return False
 
 
+def _bytes_array(buf):
+  """Whether a numba type is a 1-d C-contiguous uint8 array: the one layout the word
+  intrinsics address by data pointer + position (they ignore strides)."""
+  return (isinstance(buf, types.Array) and buf.ndim == 1 and buf.layout == "C"
+          and buf.dtype == types.uint8)
+
+
 @intrinsic
 def _load_u64(typingctx, buf, pos):
   """The little-endian uint64 at buf[pos:pos + 8] of a uint8 array, one unaligned load."""
+  if not _bytes_array(buf):
+    return None
   sig = types.uint64(buf, pos)
 
   def codegen(context, builder, signature, args):
@@ -91,6 +100,8 @@ def _load_u64(typingctx, buf, pos):
 @intrinsic
 def _store_u64(typingctx, buf, pos, value):
   """buf[pos:pos + 8] = the little-endian bytes of uint64 value, one unaligned store."""
+  if not _bytes_array(buf):
+    return None
   sig = types.void(buf, pos, types.uint64)
 
   def codegen(context, builder, signature, args):
