@@ -188,6 +188,37 @@ def test_compiled_decoder_equals_tfx_bsl_on_our_encoding():
       decode_examples(tfrecord.read_records(data), columns))
 
 
+
+def test_decoder_fast_path_takes_our_encoding_and_agrees_with_the_parser(monkeypatch):
+  """The template-matching fast path (_decode_canonical) decodes what encode_tfrecord writes
+  exactly as the protobuf parser (_decode) does, and gives way to it for anything else."""
+  real = tfrecord._decode_canonical
+  taken = []
+
+  def spy(*args):
+    taken.append(bool(real(*args)))
+    return taken[-1]
+
+  def both(data, columns):
+    monkeypatch.setattr(tfrecord, "_decode_canonical", spy)
+    fast = tfrecord.decode_tfrecord(data, columns)
+    monkeypatch.setattr(tfrecord, "_decode_canonical", lambda *args: False)
+    return fast, tfrecord.decode_tfrecord(data, columns)
+
+  table = _table()
+  nulls = pa.table({n: pa.nulls(5, t) for n, t in zip(table.schema.names, table.schema.types)})
+  for t in (table, table.slice(7, 50), nulls, table.slice(0, 0)):
+    columns = [(f.name, f.type) for f in t.schema] + [("absent", pa.int64())]
+    fast, slow = both(tfrecord.encode_tfrecord(t).tobytes(), columns)
+    assert taken[-1] and fast.equals(slow) and fast.num_rows == t.num_rows
+  # Fewer columns asked than written: the records hold entries of no column, parsed instead.
+  columns = [("i", pa.int64()), ("s", pa.string())]
+  fast, slow = both(tfrecord.encode_tfrecord(table).tobytes(), columns)
+  assert not taken[-1] and fast.equals(slow)
+  # protobuf's own serialization: whatever the fast path says, the same values.
+  fast, slow = both(_frame(_protobuf_examples(table)), [(f.name, f.type) for f in table.schema])
+  assert fast.equals(slow)
+
 def test_compiled_decoder_reads_any_valid_encoding_as_tfx_bsl_does():
   """Examples written by protobuf in forms our encoder never uses: unpacked lists, an empty
   list, a Feature with no list, a feature of no column, fields in reverse order."""

@@ -303,12 +303,14 @@ def _varint(v):
 
 
 def _templates(kinds, names):
-  """(tmpl, toff, tlen): per int/float feature the bytes of its map entry before the value --
-  entry tag and length, key, Feature and list headers -- for each value length t (1..10 bytes
-  of an int's varint; t = 0 for a float's 4 bytes): protobuf's encoding of a one-value
-  Int64List (packed) / FloatList entry, all but the value fixed by the name."""
+  """(tmpl, toff, tlen, clen): per int/float feature the bytes of its map entry before the
+  value -- entry tag and length, key, Feature and list headers -- for each value length t
+  (1..10 bytes of an int's varint; t = 0 for a float's 4 bytes): protobuf's encoding of a
+  one-value Int64List (packed) / FloatList entry, all but the value fixed by the name; clen:
+  the length an entry declares less its value's bytes (the same for every t)."""
   toff = np.zeros((len(names), 11), np.int64)
   tlen = np.zeros((len(names), 11), np.int64)
+  clen = np.zeros(len(names), np.int64)
   parts, base = [], 0
   for f, (kind, name) in enumerate(zip(kinds, names)):
     if kind == KIND_BYTES:
@@ -322,10 +324,10 @@ def _templates(kinds, names):
                  _varint(len(feature) + value_len) + feature)
       head = b"\x0a" + _varint(len(content) + value_len) + content
       parts.append(head)
-      toff[f, t], tlen[f, t] = base, len(head)
+      toff[f, t], tlen[f, t], clen[f] = base, len(head), len(content)
       base += len(head)
   tmpl = np.frombuffer(b"".join(parts), dtype=np.uint8) if parts else np.zeros(0, np.uint8)
-  return tmpl, toff, tlen
+  return tmpl, toff, tlen, clen
 
 
 def encode_tfrecord(table):
@@ -393,7 +395,7 @@ def _encode_table(table, framed):
       np.add(offsets, base - offsets[0], out=bstart[slots[f]])
       base += int(offsets[-1] - offsets[0]) if n else 0
   bdata = np.concatenate(datas) if datas else np.zeros(0, np.uint8)
-  tmpl, toff, tlen = _templates(kinds, names)
+  tmpl, toff, tlen, _ = _templates(kinds, names)
   names = np.frombuffer(b"".join(names), dtype=np.uint8)
   # Pass 1 sizes every record, pass 2 writes them into one buffer.
   sizes = np.zeros(n, dtype=np.int64)
@@ -688,6 +690,101 @@ def _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, sp
   return 0, 0
 
 
+@numba.njit(inline="always")
+def _matches(buf, p, tmpl, t0, n):
+  """Whether buf[p:p + n] == tmpl[t0:t0 + n], eight bytes per comparison, then the tail."""
+  k = 0
+  while k + 8 <= n:
+    if _load_u64(buf, p + k) != _load_u64(tmpl, t0 + k):
+      return False
+    k += 8
+  while k < n:
+    if buf[p + k] != tmpl[t0 + k]:
+      return False
+    k += 1
+  return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _decode_canonical(buf, starts, ends, names, name_starts, kinds, slots, tmpl, toff, tlen,
+                      clen, count, bits, spans):
+  """_decode for records written the way encode_examples writes them -- one map entry per
+  non-null column, in name order, each entry the encoder's exact bytes -- by matching every
+  entry against its column's template instead of parsing it field by field. Returns True when
+  every record matched (count, bits and spans then hold what _decode gives); False at the
+  first record that does not, and the caller parses the batch with _decode, which reads any
+  valid encoding and reports its errors."""
+  nc = kinds.size
+  for row in range(starts.size):
+    p, end = starts[row], ends[row]
+    if p >= end or buf[p] != 0x0A:
+      return False
+    size, p = _get_varint(buf, p + 1, end)
+    if p < 0 or p + np.int64(size) != end:
+      return False
+    for c in range(nc):
+      count[c, row] = 0
+      if p >= end:
+        continue
+      kind = kinds[c]
+      if kind == KIND_BYTES:  # 0A entry 0A klen key 12 flen 0A inner 0A blen value
+        entry, q = _get_varint(buf, p + 1, end)
+        if q < 0 or buf[p] != 0x0A or q >= end or buf[q] != 0x0A:
+          return False
+        klen, q = _get_varint(buf, q + 1, end)
+        k0 = name_starts[c]
+        if q < 0 or np.int64(klen) != name_starts[c + 1] - k0 or q + np.int64(klen) > end or \
+            not _matches(buf, q, names, k0, name_starts[c + 1] - k0):
+          continue  # another column's entry: this one is absent
+        q += np.int64(klen)
+        if q >= end or buf[q] != 0x12:
+          return False
+        flen, q = _get_varint(buf, q + 1, end)
+        if q < 0 or q >= end or buf[q] != 0x0A:
+          return False
+        inner, q = _get_varint(buf, q + 1, end)
+        if q < 0 or q >= end or buf[q] != 0x0A:
+          return False
+        blen, r = _get_varint(buf, q + 1, end)
+        stop = r + np.int64(blen)
+        if r < 0 or stop > end or np.int64(inner) != stop - q or \
+            np.int64(flen) != stop - q + 1 + _varint_len(inner) or \
+            np.int64(entry) != stop - p - 1 - _varint_len(entry):
+          return False
+        spans[0, slots[c], row] = r
+        spans[1, slots[c], row] = np.int64(blen)
+        count[c, row] = 1
+        p = stop
+        continue
+      if kind == KIND_INT:
+        entry, q = _get_varint(buf, p + 1, end)
+        t = np.int64(entry) - clen[c]
+        if q < 0 or t < 1 or t > 10:
+          continue
+      else:
+        t = 0
+      t0 = toff[c, t]
+      tl = tlen[c, t]
+      if p + tl > end or not _matches(buf, p, tmpl, t0, tl):
+        continue
+      q = p + tl
+      if kind == KIND_INT:
+        v, r = _get_varint(buf, q, end)
+        if r != q + t:
+          return False
+        bits[slots[c], row] = v
+        p = r
+      else:
+        if q + 4 > end:
+          return False
+        bits[slots[c], row] = _get_fixed32(buf, q)
+        p = q + 4
+      count[c, row] = 1
+    if p != end:
+      return False
+  return True
+
+
 @numba.njit(cache=True, nogil=True)
 def _gather(buf, starts, lengths, valid, offsets, out):
   for i in range(starts.shape[0]):
@@ -745,9 +842,16 @@ def _decode_records(buf, starts, ends, columns):
   count = np.zeros((len(columns), n), dtype=np.uint8)
   bits = np.zeros((int((~is_bytes).sum()), n), dtype=np.uint64)
   spans = np.zeros((2, int(is_bytes.sum()), n), dtype=np.int64)
-  error, row = _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits, spans)
-  if error:
-    raise TFRecordError(f"record {row}: {_DECODE_ERRORS[error]}")
+  tmpl, toff, tlen, clen = _templates(kinds, encoded)
+  if not _decode_canonical(buf, starts, ends, names, name_starts, kinds, slots, tmpl, toff, tlen,
+                           clen, count, bits, spans):
+    count[:] = 0  # what the fast path filled before the record it could not match
+    bits[:] = 0
+    spans[:] = 0
+    error, row = _decode(buf, starts, ends, names, name_starts, kinds, slots, count, bits,
+                         spans)
+    if error:
+      raise TFRecordError(f"record {row}: {_DECODE_ERRORS[error]}")
   # Whole-array steps for all columns at once, then zero-copy Arrow arrays: few numpy calls
   # (each gives the GIL back, and on a worker thread may wait to take it again).
   valid_all = count == 1
