@@ -82,8 +82,13 @@ def log_hash(keys):
   return key_hash(keys, LOG_SEED)
 
 
+def _buckets(hashes, num_buckets):
+  """int64[n]: the log bucket of each log hash."""
+  return (hashes % np.uint64(num_buckets)).astype(np.int64)
+
+
 def bucket_of(keys, num_buckets):
-  return (log_hash(keys) % np.uint64(num_buckets)).astype(np.int64)
+  return _buckets(log_hash(keys), num_buckets)
 
 
 def with_log_hash(batch):
@@ -158,7 +163,7 @@ def _head(batch, event_column, dropped):
 def _write_parts(directory, num_buckets, table, hashes, kind):
   """The table's rows split by bucket (hashes mod num_buckets) into Arrow IPC part files of
   `kind`; returns [(bucket, part path)]."""
-  buckets = (hashes % np.uint64(num_buckets)).astype(np.int64)
+  buckets = _buckets(hashes, num_buckets)
   order = np.argsort(buckets, kind="stable")
   table = table.take(pa.array(order)).replace_schema_metadata({_KIND: kind})
   bounds = np.searchsorted(buckets[order], np.arange(num_buckets + 1))

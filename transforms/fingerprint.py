@@ -1,8 +1,8 @@
 """The canonical record fingerprint (spec: docs/fingerprint.md) and its two codings.
 
 `fingerprint_batch` fingerprints every row of an Arrow RecordBatch/Table in one numba-compiled
-pass over its column buffers (transforms/xxh64.py; pipelines); `fingerprint_record` fingerprints one dict record (the production
-logger). Both produce the same uint64 for the same values; tests/golden/fingerprint_vectors.json
+pass over its column buffers (transforms/xxh64.py; pipelines); `fingerprint_record`
+fingerprints one dict record (the production logger). Both produce the same uint64 for the same values; tests/golden/fingerprint_vectors.json
 and a hypothesis test hold them together.
 
 Encoding (all integers unsigned 64-bit little-endian unless said; everything is 8-byte aligned):

@@ -23,8 +23,11 @@ PASSTHROUGH = "__passthrough__"
 
 
 def _one_value_lists(arr):
-  """One-value lists (a null list for a null value) with 32-bit offsets: a batch's row count always fits,
-  and the batch is materialised between TFT's two passes (4 bytes a record a feature fewer)."""
+  """One-value lists (a null list for a null value) with 32-bit offsets: a batch's row count
+  always fits, and the batch is materialised between TFT's two passes (4 bytes a record a
+  feature fewer). A column without nulls is wrapped zero copy (_as_lists)."""
+  if not arr.null_count:
+    return _as_lists(arr)
   valid = arr.is_valid().to_numpy(zero_copy_only=False)
   offsets = np.zeros(len(arr) + 1, dtype=np.int32)
   np.cumsum(valid, out=offsets[1:])
@@ -43,17 +46,11 @@ def to_tft_batch(batch, feature_columns, passthrough=None):
   pass, so its bytes count). TFT refuses a passthrough column named like a feature, hence the
   one struct."""
   arrays = []
-  every_row = None  # the offsets of a column without nulls, shared by all such columns
   for name in feature_columns:
     col = batch.column(name)
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
       col = col.cast(pa.large_binary())
-    if col.null_count:
-      arrays.append(_one_value_lists(col))
-    else:
-      if every_row is None:
-        every_row = pa.array(np.arange(len(col) + 1, dtype=np.int32))
-      arrays.append(pa.ListArray.from_arrays(every_row, col))
+    arrays.append(_one_value_lists(col))
   names = list(feature_columns)
   if passthrough:
     arrays.append(_as_lists(pa.StructArray.from_arrays(
