@@ -189,6 +189,18 @@ def test_compiled_decoder_equals_tfx_bsl_on_our_encoding():
 
 
 
+
+def test_word_intrinsics_refuse_arrays_they_cannot_address():
+  """_load_u64 / _store_u64 address data pointer + position: a strided or non-uint8 array
+  would be read wrong, so numba refuses to compile such a call."""
+  import numba
+  load = numba.njit(lambda a: tfrecord._load_u64(a, 0))
+  data = np.arange(40, dtype=np.uint8)
+  assert load(data) == int.from_bytes(bytes(range(8)), "little")
+  for bad in (data[::2], data.view(np.uint32)):
+    with pytest.raises(numba.core.errors.TypingError):
+      load(bad)
+
 def test_decoder_fast_path_takes_our_encoding_and_agrees_with_the_parser(monkeypatch):
   """The template-matching fast path (_decode_canonical) decodes what encode_tfrecord writes
   exactly as the protobuf parser (_decode) does, and gives way to it for anything else."""
