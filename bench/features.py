@@ -41,8 +41,9 @@ import ingest as ingest_bench  # noqa: E402
 BARE = r'''
 import sys, tempfile, numpy as np, pyarrow as pa, apache_beam as beam, tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
-from transforms import taxi, schema
-from transforms.transform_records import to_tft_batch
+from transforms import taxi
+from transforms.spec import schema
+from transforms.stages.transform_records import to_tft_batch
 from tfx_bsl.public import tfxio
 from tensorflow_metadata.proto.v0 import schema_pb2
 import json
@@ -80,7 +81,7 @@ with beam.Pipeline() as p:
 NO_LOG = r'''
 import sys, apache_beam as beam
 from pipelines import features
-from transforms import feature_log
+from transforms.stages import write_feature_log as feature_log
 
 class CountOnly(beam.PTransform):
   """(staged, transformed, dropped batches) -> nothing: their rows counted, no log written."""

@@ -1,0 +1,2 @@
+"""skewtrace jobs: each module is a composite + builder from a typed plan + a thin run(argv)."""
+__all__ = ["common", "dataset", "features", "ingest", "verify"]

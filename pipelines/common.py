@@ -1,29 +1,17 @@
-"""What every job shares: strict flag parsing, the usage-error type, versions, the exit-code wrapper."""
+"""What every job shares: strict flag parsing, the exit-code wrapper; the error types
+(transforms/spec/errors.py) and versions (transforms/spec/run_metadata.py) re-exported."""
 import argparse
-import importlib.metadata
 import logging
-import platform
 import sys
 
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from transforms.spec.errors import DataError, HelpRequested, UsageError
+from transforms.spec.run_metadata import versions
+
 __all__ = ["UsageError", "DataError", "HelpRequested", "OutputOptions", "JobOptions",
            "parse_options", "job_options", "job_help", "versions", "main_wrapper"]
-
-
-class UsageError(Exception):
-  """Bad flags or input: a clear message and exit code 2."""
-  exit_code = 2
-
-
-class HelpRequested(Exception):
-  """--help was asked for: the text is printed on stdout and the job exits 0."""
-  exit_code = 0
-
-
-class DataError(UsageError):
-  """Input data that cannot be accepted (e.g. too many rejected rows): exit code 2."""
 
 
 class OutputOptions(PipelineOptions):
@@ -112,17 +100,6 @@ def job_options(argv, options_class, save_main_session, prog=None):
   options = parse_options(argv, [options_class, OutputOptions])
   options.view_as(pipeline_options.SetupOptions).save_main_session = save_main_session
   return options, options.view_as(options_class), options.view_as(OutputOptions)
-
-
-def versions():
-  def v(dist):
-    try:
-      return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-      return "not installed"
-  return {"python": platform.python_version(), "beam": v("apache-beam"),
-          "tft": v("tensorflow-transform"), "tf": v("tensorflow"), "pyarrow": v("pyarrow"),
-          "tfx_bsl": v("tfx-bsl"), "skewtrace": v("skewtrace")}
 
 
 def main_wrapper(run):

@@ -5,10 +5,10 @@ import os
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common import DataError, UsageError
-from transforms import csv_records, fingerprint, schema
-from transforms.write_rejected import REJECTED_PATH
-from transforms.write_shards import FORMATS
+from transforms.codec import csv_records
+from transforms.spec import fingerprint, schema
+from transforms.spec.dataset import FORMATS, MANIFEST, MANIFEST_FORMAT, REJECTED_PATH, SCHEMA_FILE
+from transforms.spec.errors import DataError, UsageError
 
 __all__ = ["match_inputs", "read_header", "read_text", "describe_file", "check_output_dir",
            "publish", "remove_tree", "move_tree", "write_atomically", "top_entries",
@@ -16,8 +16,7 @@ __all__ = ["match_inputs", "read_header", "read_text", "describe_file", "check_o
            "load_manifest", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
 
-MANIFEST, RESULTS, SCHEMA_FILE = "manifest.json", "_results.json", "schema.pbtxt"
-MANIFEST_FORMAT = "skewtrace.dataset/1"
+RESULTS = "_results.json"  # the job's counts, in its temp folder
 _OWN_ENTRIES = set(FORMATS) | {"rejected", SCHEMA_FILE}
 _CHUNK = 8 << 20
 

@@ -25,16 +25,21 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, verify
-from transforms import analyze, feature_log, profile as profiles, schema
-from transforms.progress import Progress, stage_counts
-from transforms.serialize_records import SerializeRecords
-from transforms.shard_records import ShardRecords
-from transforms.transform_records import TransformRecords, passthrough_keys, to_tft_batch
-from transforms.window_records import DROPPED, WindowRecords
+from transforms.beam.progress import Progress, stage_counts
+from transforms.graph import analyze
+from transforms.graph.feed import passthrough_keys, to_tft_batch
+from transforms.spec import feature_log, run_metadata, schema
+from transforms.spec import profile as profiles
+from transforms.spec.stages import STAGES, value_columns as stage_value_columns
+from transforms.stages.serialize_records import SerializeRecords
+from transforms.stages.shard_records import ShardRecords
+from transforms.stages.transform_records import TransformRecords
+from transforms.stages.window_records import DROPPED, WindowRecords
+from transforms.stages.write_feature_log import WriteFeatureLog, with_log_hash
 
 __all__ = ["FeaturesOptions", "build_pipeline", "load_profile_and_module", "run"]
 
-RUN_METADATA, LOG_INFO = "run_metadata.json", "_log.json"
+LOG_INFO = "_log.json"  # the buckets' infos, in the run's temp folder
 
 
 class FeaturesOptions(PipelineOptions):
@@ -100,6 +105,25 @@ def load_profile_and_module(profile_path, module_name):
   return prof, module
 
 
+def _key_text(columns):
+  return ", ".join(columns) if columns else "the content key"
+
+
+def _check_key_columns(module, module_name, dataset_keys):
+  """UsageError unless the module's KEY_COLUMNS (when it declares them) are the dataset's key
+  columns: a module written against one key must not run over records keyed another way."""
+  declared = getattr(module, "KEY_COLUMNS", None)
+  if declared is None:  # the module does not depend on the key
+    return
+  if not isinstance(declared, (list, tuple)) or not all(isinstance(c, str) for c in declared):
+    raise common.UsageError(f"--transform_module {module_name}: KEY_COLUMNS must be a list of "
+                            f"column names, got {declared!r}")
+  if list(declared) != dataset_keys:
+    raise common.UsageError(
+        f"--transform_module {module_name} declares KEY_COLUMNS {_key_text(declared)} but the "
+        f"dataset is keyed by {_key_text(dataset_keys)} (ingest --key_columns)")
+
+
 def _dataset_plan(opts, module):
   manifest = dataset.load_manifest(opts.input_dir)  # verify has refused a missing one
   if "parquet" not in {s["format"] for s in manifest["shards"]}:
@@ -111,6 +135,7 @@ def _dataset_plan(opts, module):
   if lacking:
     raise common.UsageError(f"the dataset schema lacks column(s) {', '.join(lacking)} that "
                             f"{opts.transform_module} needs")
+  _check_key_columns(module, opts.transform_module, list(manifest["key_columns"]))
   aggregates = [a["name"] for a in module.WINDOWED_AGGREGATES]
   return {"columns": columns, "manifest": manifest, "aggregates": aggregates,
           "input_dir": opts.input_dir}
@@ -150,7 +175,7 @@ def build_pipeline(plan, options, temp_dir):
   prof = plan["profile"]
   module = plan["module"]
   event = module.EVENT_TIME_COLUMN
-  value_columns = [n for n, _ in plan["columns"]] + plan["aggregates"]
+  value_columns = stage_value_columns([n for n, _ in plan["columns"]], plan["aggregates"])
   passthrough = feature_log.passthrough_columns()
   arrow_types = {n: schema.ARROW_TYPES[t] for n, t in plan["columns"]}
   empty = {n: pa.array([], arrow_types.get(n, pa.int64())) for n in value_columns}
@@ -173,16 +198,16 @@ def build_pipeline(plan, options, temp_dir):
             | "ProgressShard" >> Progress("features", "shard")
             | "Serialize" >> SerializeRecords(value_columns, prof)
             | "ProgressSerialize" >> Progress("features", "serialize")
-            | "LogHash" >> beam.Map(feature_log.with_log_hash).with_output_types(pa.RecordBatch))
+            | "LogHash" >> beam.Map(with_log_hash).with_output_types(pa.RecordBatch))
   with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"),
                         passthrough_keys=passthrough_keys(passthrough)):
     transformed, transform_fn = staged | "Transform" >> TransformRecords(
         module.preprocessing_fn, value_columns, tft_schema, passthrough)
     _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-        FileSystems.join(temp_dir, "transform_fn"))
+        FileSystems.join(temp_dir, feature_log.TRANSFORM_FN_DIR))
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])
-       | "FeatureLog" >> feature_log.WriteFeatureLog(temp_dir, plan["log_buckets"], event)
+       | "FeatureLog" >> WriteFeatureLog(temp_dir, plan["log_buckets"], event)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p
@@ -198,28 +223,18 @@ def _publish(plan, temp_dir, options):
   with FileSystems.open(FileSystems.join(temp_dir, LOG_INFO),
                         compression_type="uncompressed") as f:
     buckets = sorted(json.loads(f.read().decode("utf-8")), key=lambda b: b["bucket"])
-  dataset.remove_tree(FileSystems.join(out, RUN_METADATA))
-  for sub in ("transform_fn", "transformed", "feature_log"):
+  dataset.remove_tree(FileSystems.join(out, run_metadata.FILE))
+  for sub in (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.LOG_DIR):
     dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))
-  metadata = {
-      "format": "skewtrace.features/1",
-      "profile": plan["profile"].to_dict(),
-      "transform_module": plan["module"].__name__,
-      "input": {"dir": plan["input_dir"],
-                "content_digest": plan["manifest"]["content_digest"],
-                "key_columns": list(plan["manifest"]["key_columns"])},
-      "schema": {"columns": [{"name": n, "type": t} for n, t in plan["columns"]],
-                 "aggregates": plan["aggregates"]},
-      "versions": common.versions(),
-      "runner": str(options.view_as(StandardOptions).runner or "DirectRunner"),
-      "stages": list(feature_log.STAGES),
-      "analyze": analyze.analyze_fingerprints(FileSystems.join(out, "transform_fn")),
-      "log": {"num_buckets": plan["log_buckets"], "seed": feature_log.LOG_SEED,
-              "rows": sum(b["rows"] for b in buckets), "buckets": buckets},
-  }
-  dataset.write_atomically(
-      FileSystems.join(out, RUN_METADATA),
-      (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+  metadata = run_metadata.document(
+      profile=plan["profile"], transform_module=plan["module"].__name__,
+      input_dir=plan["input_dir"], content_digest=plan["manifest"]["content_digest"],
+      key_columns=plan["manifest"]["key_columns"], columns=plan["columns"],
+      aggregates=plan["aggregates"],
+      runner=str(options.view_as(StandardOptions).runner or "DirectRunner"),
+      analyze=analyze.analyze_fingerprints(FileSystems.join(out, feature_log.TRANSFORM_FN_DIR)),
+      num_buckets=plan["log_buckets"], buckets=buckets)
+  dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
   return metadata
 
 
@@ -256,9 +271,9 @@ def run(argv=None, save_main_session=True):
         f"{log['num_buckets']} buckets")
   counts = stage_counts(result, "features")
   if counts:
-    print("records per stage: " + ", ".join(f"{s} {counts[s]}" for s in feature_log.STAGES
-                                           if s in counts))
-  print(f"outputs: {plan['output_dir']}/transform_fn, transformed, feature_log, {RUN_METADATA}")
+    print("records per stage: " + ", ".join(f"{s} {counts[s]}" for s in STAGES if s in counts))
+  print(f"outputs: {plan['output_dir']}/{feature_log.TRANSFORM_FN_DIR}, "
+        f"{feature_log.TRANSFORMED_DIR}, {feature_log.LOG_DIR}, {run_metadata.FILE}")
   print(f"wall time: {time.monotonic() - started:.1f} s")
   return 0
 

@@ -22,19 +22,18 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
-from transforms import csv_records, schema
-from transforms.infer_types import InferTypes
-from transforms.key_rows import KeyRows
-from transforms.progress import Progress
-from transforms.read_csv import READ, REJECTED, ReadCsv
-from transforms.type_rows import TypeRows
-from transforms.write_rejected import WriteRejected
-from transforms.write_shards import WriteShards
+from transforms.spec import schema
+from transforms.spec.stages import RESERVED
+from transforms.stages.infer_types import InferTypes
+from transforms.stages.key_rows import KeyRows
+from transforms.beam.progress import Progress
+from transforms.stages.read_csv import READ, REJECTED, ReadCsv
+from transforms.stages.type_rows import TypeRows
+from transforms.stages.write_rejected import WriteRejected
+from transforms.stages.write_shards import WriteShards
 
 __all__ = ["IngestOptions", "Ingest", "build_pipeline", "run"]
 
-RESERVED = {"__key__", "__fp__", "__shard__", csv_records.FILE_COLUMN, csv_records.LINE_COLUMN,
-            csv_records.RAW_COLUMN}
 AUTO_SHARD_BYTES = 16 << 20
 
 

@@ -10,7 +10,6 @@ shard only). Exit 0 intact, 1 damaged (each problem names its file), 2 usage err
 """
 import hashlib
 import io
-import json
 import os
 
 import jsonschema
@@ -18,14 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+import manifests
 from pipelines import common, dataset
-from transforms import fingerprint, schema, tfrecord
-from transforms.key_rows import FP, KEY, RAW_FP
+from transforms.codec import tfrecord
+from transforms.spec import fingerprint, schema
+from transforms.spec.stages import KEY, PARSE_FP as FP, RAW_FP
 
-__all__ = ["verify", "run", "MANIFEST_SCHEMA"]
-
-MANIFEST_SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                               "manifests", "dataset_manifest.schema.json")
+__all__ = ["verify", "run"]
 
 
 def _read(path):
@@ -62,11 +60,10 @@ def verify(root):
     return [f"{dataset.MANIFEST}: unreadable ({e})"]
   if manifest is None:
     raise common.UsageError(f"{root} holds no {dataset.MANIFEST}: not a skewtrace dataset")
-  with open(MANIFEST_SCHEMA, encoding="utf-8") as f:
-    try:
-      jsonschema.validate(manifest, json.load(f))
-    except jsonschema.ValidationError as e:
-      return [f"{dataset.MANIFEST}: does not match its schema: {e.message}"]
+  try:
+    jsonschema.validate(manifest, manifests.schema(manifests.DATASET_MANIFEST))
+  except jsonschema.ValidationError as e:
+    return [f"{dataset.MANIFEST}: does not match its schema: {e.message}"]
   problems = []
   columns = [(c["name"], c["type"]) for c in manifest["schema"]["columns"]]
   entries = manifest["shards"] + [manifest["rejected"], manifest["schema"]["file"]]

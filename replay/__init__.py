@@ -12,4 +12,4 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
   check     the nightly skew check;  cli  the skewtrace console script
 """
 __all__ = ["check", "cli", "compare", "diff", "drift", "log_rows", "logger", "metadata", "model",
-           "render", "tolerance"]
+           "render", "rerun", "tolerance"]

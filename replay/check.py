@@ -30,7 +30,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
-from transforms.feature_log import STAGES
+from transforms.spec import run_metadata
+from transforms.spec.stages import STAGES
 
 __all__ = ["CheckOptions", "load_config", "evaluate", "run"]
 
@@ -261,7 +262,7 @@ def run(argv=None):
   night = _night(opts.date)
   offline, production = (_expand(config[s], night) for s in ("offline", "production"))
   for side, path in (("offline", offline), ("production", production)):
-    if not FileSystems.exists(FileSystems.join(path, "run_metadata.json")):
+    if not FileSystems.exists(FileSystems.join(path, run_metadata.FILE)):
       raise common.UsageError(f"{night}: no {side} partition at {path}")
   out = FileSystems.join(config["reports"], night.isoformat())
   diff.run(_diff_argv(config, offline, production, out) + _beam_flags(argv))

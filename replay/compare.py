@@ -18,13 +18,16 @@ import pyarrow.compute as pc
 
 from replay import drift
 from replay.tolerance import Tolerance
-from transforms import feature_log, xxh64
-from transforms.feature_log import STAGES
+from transforms.codec import xxh64
+from transforms.spec import fingerprint
+from transforms.spec.feature_log import (DROPPED_STAGE, KEY, feature_fp_column, feature_of,
+                                         fp_column, is_feature_fp_column, is_value_column,
+                                         value_column)
+from transforms.spec.stages import ANALYZE, RECORD_STAGES, STAGES, TRANSFORM
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
            "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "SAMPLE_KINDS"]
 
-RECORD_STAGES = feature_log.RECORD_STAGES
 SIDES = ("offline", "production")
 COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "identical",
             "within_tolerance", "divergent", "duplicate_keys_offline",
@@ -172,7 +175,7 @@ def _jsonable(v):
 
 def _duplicated(table):
   """The keys that occur more than once on one side."""
-  vc = pc.value_counts(_column(table, "key"))
+  vc = pc.value_counts(_column(table, KEY))
   return vc.field("values").filter(pc.greater(vc.field("counts"), 1)).cast(pa.large_string())
 
 
@@ -180,7 +183,7 @@ def _without(table, keys):
   """(the rows whose key is not in `keys`, how many rows were removed)."""
   if not len(keys):
     return table, 0
-  out = pc.is_in(_column(table, "key"), value_set=keys)
+  out = pc.is_in(_column(table, KEY), value_set=keys)
   return table.filter(pc.invert(out)), int(pc.sum(out).as_py() or 0)
 
 
@@ -247,8 +250,8 @@ def compare_bucket(offline, production, context=Context()):
   part.buckets = 1
   for side, table in zip(SIDES, (offline, production)):
     for name in table.schema.names:
-      if name.startswith("value__"):
-        part.histograms[side][name[7:]] = drift.histogram(_column(table, name))
+      if is_value_column(name):
+        part.histograms[side][feature_of(name)] = drift.histogram(_column(table, name))
   # A key duplicated on either side leaves both (its rows counted), so the other side's row
   # of it is not taken for a one-side-only record.
   off_dup, prod_dup = _duplicated(offline), _duplicated(production)
@@ -259,13 +262,13 @@ def compare_bucket(offline, production, context=Context()):
   part.samples["duplicate_keys"] = _samples(
       dups, lambda i, k: {"side": SIDES[int(i >= len(off_dup))], "key": k}, context.samples)
 
-  ok, pk = _column(off, "key"), _column(prod, "key")
+  ok, pk = _column(off, KEY), _column(prod, KEY)
   pos = pc.index_in(ok, value_set=pk)
   in_prod = pos.is_valid().to_numpy(zero_copy_only=False)
   prod_in_off = pc.is_in(pk, value_set=ok).to_numpy(zero_copy_only=False)
   j = pos.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-  off_stage = _column(off, "dropped_stage").cast(pa.string())
-  prod_stage = _column(prod, "dropped_stage").cast(pa.string())
+  off_stage = _column(off, DROPPED_STAGE).cast(pa.string())
+  prod_stage = _column(prod, DROPPED_STAGE).cast(pa.string())
   off_kept = off_stage.is_null().to_numpy(zero_copy_only=False)
   prod_kept = prod_stage.is_null().to_numpy(zero_copy_only=False)
   prod_kept_at = in_prod & (prod_kept[j] if len(pk) else False)
@@ -307,18 +310,19 @@ def _compare_matched(part, o, p, context):
   rec["matched_keys"] = n
   early = np.zeros((n, len(RECORD_STAGES)), bool)
   for s, stage in enumerate(RECORD_STAGES):
-    eq = _eq(_u64(o, f"fp_{stage}"), _u64(p, f"fp_{stage}"))
+    eq = _eq(_u64(o, fp_column(stage)), _u64(p, fp_column(stage)))
     early[:, s] = ~eq
     part.stages[stage] = [int(eq.sum()), int(n - eq.sum())]
-  part.stages["analyze"] = [n, 0] if context.analyze_match else [0, n]
-  t_eq = _eq(_u64(o, "fp_transform"), _u64(p, "fp_transform"))
-  part.stages["transform"] = [int(t_eq.sum()), int(n - t_eq.sum())]
-  names = sorted({c[4:] for t in (o, p) for c in t.schema.names if c.startswith("fp__")})
+  part.stages[ANALYZE.name] = [n, 0] if context.analyze_match else [0, n]
+  t_eq = _eq(_u64(o, fp_column(TRANSFORM.name)), _u64(p, fp_column(TRANSFORM.name)))
+  part.stages[TRANSFORM.name] = [int(t_eq.sum()), int(n - t_eq.sum())]
+  names = sorted({feature_of(c) for t in (o, p) for c in t.schema.names
+                  if is_feature_fp_column(c)})
   differs_any, bad_any = np.zeros(n, bool), np.zeros(n, bool)
   differs = {}
   for name in names:
-    a, b = _u64(o, f"fp__{name}"), _u64(p, f"fp__{name}")
-    va, vp = _column(o, f"value__{name}"), _column(p, f"value__{name}")
+    a, b = _u64(o, feature_fp_column(name)), _u64(p, feature_fp_column(name))
+    va, vp = _column(o, value_column(name)), _column(p, value_column(name))
     kind = feature_kind((va if va is not None else vp).type) if (va is not None or
                                                                 vp is not None) else "categorical"
     f = part.features.setdefault(name, _new_feature(kind))
@@ -357,7 +361,7 @@ def _compare_matched(part, o, p, context):
   for stage in RECORD_STAGES + (context.transform_stage,):
     part.first_stage[stage] += int(np.count_nonzero(first == stage))
   rows = np.flatnonzero(any_early | div_transform)
-  keys = _column(o, "key").take(pa.array(rows, pa.int64()))
+  keys = _column(o, KEY).take(pa.array(rows, pa.int64()))
 
   def entry(i, key):
     r = int(rows[i])
@@ -368,7 +372,7 @@ def _compare_matched(part, o, p, context):
 
 
 def _value(table, name, row):
-  col = _column(table, f"value__{name}")
+  col = _column(table, value_column(name))
   return None if col is None else col[row].as_py()
 
 
@@ -377,13 +381,13 @@ def equal_bucket(entry, feature_names, context=Context()):
   alone (it is not read): every kept record identical, every dropped one dropped on both."""
   part = empty(context.samples)
   kept = entry["rows"] - entry["dropped"]
-  transformed = int(str(entry["digests"]["transform"]).split(":")[0])
+  transformed = fingerprint.parse_digest(entry["digests"][TRANSFORM.name])["count"]
   rec = part.records
   rec["matched_keys"] = rec["identical"] = kept
   rec["dropped_both"] = entry["dropped"]
-  for stage in RECORD_STAGES + ("transform",):
+  for stage in RECORD_STAGES + (TRANSFORM.name,):
     part.stages[stage] = [kept, 0]
-  part.stages["analyze"] = [kept, 0] if context.analyze_match else [0, kept]
+  part.stages[ANALYZE.name] = [kept, 0] if context.analyze_match else [0, kept]
   for name, kind in feature_names:
     f = part.features[name] = _new_feature(kind)
     f["match"] = transformed

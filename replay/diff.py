@@ -17,7 +17,6 @@ Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, print
 Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
 """
 import json
-import logging
 import uuid
 
 import apache_beam as beam
@@ -29,11 +28,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from replay import compare, metadata, model, render, tolerance as tolerances
+from transforms.spec import feature_log
 
 __all__ = ["DiffOptions", "plan_diff", "build_pipeline", "run", "METRICS_NAMESPACE"]
 
 METRICS_NAMESPACE = "skewtrace.replay"
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
+_ERRORS = "errors"  # the tag of the buckets that could not be read, and its file in the temp dir
 _OWN = {REPORT_JSON, REPORT_HTML}
 
 
@@ -87,7 +88,9 @@ def _read_parts(paths):
 
 
 class _CompareBucketFn(beam.DoFn):
-  """(bucket, {offline: [part paths], production: [...]}) -> the bucket's Partial."""
+  """(bucket, {offline: [part paths], production: [...]}) -> the bucket's Partial; a bucket
+  that cannot be read -> its one-line reason on the _ERRORS output (a value, not an exception:
+  the job reports it as an input error, exit 2, whatever the runner does with exceptions)."""
 
   def __init__(self, context):
     self._context = context
@@ -97,7 +100,11 @@ class _CompareBucketFn(beam.DoFn):
 
   def process(self, element):
     _, grouped = element
-    tables = {s: _read_parts(grouped[s]) for s in compare.SIDES}
+    try:
+      tables = {s: _read_parts(grouped[s]) for s in compare.SIDES}
+    except common.DataError as e:
+      yield beam.pvalue.TaggedOutput(_ERRORS, str(e))
+      return
     part = compare.compare_bucket(tables["offline"], tables["production"], self._context)
     self._buckets.inc()
     for s, t in tables.items():
@@ -135,8 +142,14 @@ def _write_report(partial, plan, path):
     f.write(json.dumps(report).encode("utf-8"))
 
 
-def build_pipeline(plan, options, report_path):
-  """The un-run diff Pipeline over plan["tasks"]: (bucket, {side: [its part paths]})."""
+def _write_json(value, path):
+  with FileSystems.create(path) as f:
+    f.write(json.dumps(value).encode("utf-8"))
+
+
+def build_pipeline(plan, options, report_path, errors_path):
+  """The un-run diff Pipeline over plan["tasks"]: (bucket, {side: [its part paths]}); writes
+  the report to report_path and the sorted list of unreadable buckets' reasons to errors_path."""
   p = beam.Pipeline(options=options)
   tasks = p | "DifferingBuckets" >> beam.Create(plan["tasks"])
   # The bucket's part paths, not their rows, go through the CoGroupByKey: the logs are already
@@ -144,9 +157,14 @@ def build_pipeline(plan, options, report_path):
   # (shuffling the Arrow tables instead cost 15 of 20 s at 1M rows on DirectRunner).
   sides = {s: tasks | f"{s.capitalize()}Parts" >> beam.FlatMap(_part_paths, s)
            for s in compare.SIDES}
-  _ = (sides
-       | "JoinBuckets" >> beam.CoGroupByKey()
-       | "CompareBuckets" >> beam.ParDo(_CompareBucketFn(plan["context"]))
+  compared = (sides
+              | "JoinBuckets" >> beam.CoGroupByKey()
+              | "CompareBuckets" >> beam.ParDo(_CompareBucketFn(plan["context"])).with_outputs(
+                  _ERRORS, main="partials"))
+  _ = (compared[_ERRORS]
+       | "CollectErrors" >> beam.combiners.ToList()
+       | "WriteErrors" >> beam.Map(lambda errors: _write_json(sorted(errors), errors_path)))
+  _ = (compared.partials
        | "Totals" >> beam.CombineGlobally(_PartialCombineFn(plan["context"].samples))
        | "WriteReport" >> beam.Map(_write_report, plan, report_path))
   return p
@@ -187,7 +205,7 @@ def _check_parts(meta, directory, bucket, side):
     raise common.UsageError(f"--{side}: bucket {bucket} holds {rows} rows, run_metadata.json "
                             f"says {entry['rows']} (log and metadata out of step)")
   schema = footers[0].schema.to_arrow_schema() if footers else None
-  if schema is not None and "key" not in schema.names:
+  if schema is not None and feature_log.KEY not in schema.names:
     raise common.UsageError(f"--{side}: {paths[0]} is not a feature-log file (no key column)")
   return paths, schema
 
@@ -196,8 +214,8 @@ def _feature_kinds(schemas):
   kinds = {}
   for schema in schemas:
     for field in schema:
-      if field.name.startswith("value__"):
-        kinds.setdefault(field.name[7:], compare.feature_kind(field.type))
+      if feature_log.is_value_column(field.name):
+        kinds.setdefault(feature_log.feature_of(field.name), compare.feature_kind(field.type))
   return tuple(sorted(kinds.items()))
 
 
@@ -268,29 +286,9 @@ def _build(plan, partial):
                             plan["buckets_total"]).to_dict()
 
 
-def _run_pipeline(pipeline):
-  """Runs the job; an error inside it (a runner may wrap the DoFn's exception, with the worker's
-  traceback in its message) becomes a one-line DataError, exit 2, not a divergence (exit 1)."""
-  beam_log = logging.getLogger("apache_beam.runners.common")  # logs a DoFn's error, traceback
-  beam_log.addFilter(_not_input_error)
-  try:
-    pipeline.run().wait_until_finish()
-  except common.UsageError as e:  # re-raised by the runner, "[while running ...]" appended
-    raise type(e)(_first_line(e)) from None
-  except Exception as e:  # pylint: disable=broad-except
-    # A runner that reports a worker's traceback as text: the DataError's own line, if any.
-    ours = [line.split("Error: ", 1)[1] for line in str(e).splitlines()
-            if "DataError: " in line or "UsageError: " in line]
-    raise common.DataError(f"diff pipeline failed: {ours[-1] if ours else _first_line(e)}") \
-        from None
-  finally:
-    beam_log.removeFilter(_not_input_error)
-
-
-def _not_input_error(record):
-  """False for the log record of a UsageError raised in a DoFn (reported once, as one line)."""
-  return not (isinstance(record.msg, common.UsageError) or
-              (record.exc_info and isinstance(record.exc_info[1], common.UsageError)))
+def _read_json(path):
+  with FileSystems.open(path, compression_type="uncompressed") as f:
+    return json.loads(f.read().decode("utf-8"))
 
 
 def run(argv=None, save_main_session=True):
@@ -303,10 +301,12 @@ def run(argv=None, save_main_session=True):
     temp_dir = FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}")
     try:
       FileSystems.mkdirs(temp_dir)
-      path = FileSystems.join(temp_dir, REPORT_JSON)
-      _run_pipeline(build_pipeline(plan, options, path))
-      with FileSystems.open(path, compression_type="uncompressed") as f:
-        report = json.loads(f.read().decode("utf-8"))
+      path, errors_path = (FileSystems.join(temp_dir, name) for name in (REPORT_JSON, _ERRORS))
+      build_pipeline(plan, options, path, errors_path).run().wait_until_finish()
+      errors = _read_json(errors_path)
+      if errors:
+        raise common.DataError(errors[0])
+      report = _read_json(path)
     finally:
       dataset.remove_tree(temp_dir)
   else:  # every bucket equal: nothing to read, no pipeline to run

@@ -20,38 +20,30 @@ loses at most the open batch. Thread-safe. docs/logger.md.
 import hashlib
 import hmac
 import importlib
-import json
 import os
-import re
 import threading
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import common, dataset
 from replay.log_rows import LogRows
-from transforms import analyze, feature_log, fingerprint
-from transforms import profile as profiles
+from transforms.graph import analyze
+from transforms.spec import feature_log, fingerprint, run_metadata
+from transforms.spec import profile as profiles
+from transforms.spec.errors import UsageError
+from transforms.spec.stages import FP_STAGES, PARSE, RAW
 
 __all__ = ["ProductionLogger", "pii_hash", "RUNNER"]
 
-RUNNER, RUN_METADATA = "ProductionLogger", "run_metadata.json"
-_STAGES = feature_log.FP_STAGES
-_BASE = [("key", pa.string()), ("event_time", pa.int64()), ("window_start", pa.int64()),
-         ("window_end", pa.int64()), ("shard_id", pa.int64()), ("dropped_stage", pa.string()),
-         ("drop_reason", pa.string())] + [(f"fp_{s}", pa.uint64()) for s in _STAGES]
-_PART = re.compile(r"^bucket-\d{5}-of-\d{5}-part-\d{6}\.parquet$")
+RUNNER = "ProductionLogger"
+# The run-metadata sections a resumed log must share with this logger (log.parts aside).
+_SAME = ("format", "profile", "schema", "runner", "stages", "pii")
 
 
 def pii_hash(value, secret):
   """HMAC-SHA256 hex of a value's canonical encoding (docs/fingerprint.md), keyed by secret."""
   return hmac.new(secret, fingerprint.encode_record({"value": value}), hashlib.sha256).hexdigest()
-
-
-def _digest(text):
-  count, total, mixsum = text.split(":")
-  return {"count": int(count), "sum": int(total, 16), "mixsum": int(mixsum, 16)}
 
 
 def _write_atomically(path, data):
@@ -80,21 +72,25 @@ class ProductionLogger:
                num_buckets=16, batch_size=1024, transform_batch_size=2048, pii_columns=(),
                pii_key_env=None, compression="snappy"):
     if isinstance(profile, str):
-      profile = profiles.load_profile(dataset.read_text(profile, "profile")[0])
+      try:
+        with open(profile, encoding="utf-8") as f:
+          profile = profiles.load_profile(f.read())
+      except OSError as e:
+        raise UsageError(f"profile {profile}: cannot read ({e})") from None
     self._profile, self._columns = profile, [(n, t) for n, t in columns]
     self._names = [n for n, _ in self._columns]
     self._key_columns, self._event = list(key_columns), event_time_column
     self._aggregates = list(aggregates)
     for name in self._key_columns + [self._event]:
       if name not in self._names:
-        raise common.UsageError(f"column {name!r} is not in the record schema")
+        raise UsageError(f"column {name!r} is not in the record schema")
     if min(num_buckets, batch_size, transform_batch_size) < 1:
-      raise common.UsageError("num_buckets, batch_size and transform_batch_size must be >= 1")
+      raise UsageError("num_buckets, batch_size and transform_batch_size must be >= 1")
     self._num_buckets, self._batch_size, self._compression = num_buckets, batch_size, compression
     self._pii, self._secret = sorted(set(pii_columns)), None
     if self._pii:
       if not pii_key_env or not os.environ.get(pii_key_env):
-        raise common.UsageError(f"pii_columns need an HMAC key: environment variable "
+        raise UsageError(f"pii_columns need an HMAC key: environment variable "
                                 f"{pii_key_env!r} is not set")
       self._secret = os.environ[pii_key_env].encode("utf-8")
     import tensorflow_transform as tft
@@ -104,27 +100,21 @@ class ProductionLogger:
     self._rules = LogRows(self._columns, self._key_columns, self._event, self._aggregates,
                           profile, bool(self._pii), tft_output.transform_features_layer(),
                           self._features, transform_batch_size)
-    unknown = [c for c in self._pii if c != "key" and c not in spec]
+    unknown = [c for c in self._pii if c != feature_log.KEY and c not in spec]
     if unknown:
-      raise common.UsageError(f"pii_columns {', '.join(unknown)}: not a log column (the key or "
+      raise UsageError(f"pii_columns {', '.join(unknown)}: not a log column (the key or "
                               "a transformed feature)")
-    fields = list(_BASE)
-    for f in self._features:  # a one-value feature is logged as a scalar, as feature_log does
+    fields = list(feature_log.HEAD)
+    for f in self._features:  # a one-value feature is logged as a scalar, as the job's log is
       typ = {"float32": pa.float32(), "int64": pa.int64()}.get(spec[f].dtype.name,
                                                                pa.large_binary())
-      fields += [(f"fp__{f}", pa.uint64()), (f"value__{f}", pa.string() if f in self._pii else
-                                             typ if list(spec[f].shape) == [] else
-                                             pa.large_list(typ))]
+      fields += [(feature_log.feature_fp_column(f), pa.uint64()),
+                 (feature_log.value_column(f), pa.string() if f in self._pii else
+                  typ if list(spec[f].shape) == [] else pa.large_list(typ))]
     self._schema = pa.schema(fields)
-    self._static = {
-        "format": "skewtrace.features/1", "profile": profile.to_dict(),
-        "transform_module": transform_module,
-        "schema": {"columns": [{"name": n, "type": t} for n, t in self._columns],
-                   "aggregates": self._aggregates},
-        "versions": common.versions(), "runner": RUNNER, "stages": list(feature_log.STAGES),
-        "analyze": analyze.analyze_fingerprints(transform_fn_dir)}
-    if self._pii:
-      self._static["pii"] = {"columns": self._pii, "hash": "hmac-sha256"}
+    self._transform_module, self._profile = transform_module, profile
+    self._versions = run_metadata.versions()
+    self._analyze = analyze.analyze_fingerprints(transform_fn_dir)
     self._log_dir, self._source = log_dir, source
     self._lock = threading.Lock()        # the open batch and the count of batches in flight
     self._idle = threading.Condition(self._lock)
@@ -139,22 +129,22 @@ class ProductionLogger:
   def from_features_dir(cls, features_dir, log_dir, profile=None, **options):
     """A logger configured from an offline pipelines.features output: its transform_fn, its
     profile (unless one is given), schema, aggregates, key columns and log bucket count."""
-    path = os.path.join(features_dir, RUN_METADATA)
+    path = os.path.join(features_dir, run_metadata.FILE)
     try:
-      with open(path, encoding="utf-8") as f:
-        meta = json.load(f)
-    except (OSError, ValueError) as e:
-      raise common.UsageError(f"{path}: cannot read run metadata ({e})") from None
+      with open(path, "rb") as f:
+        meta = run_metadata.load(f.read(), path)
+    except OSError as e:
+      raise UsageError(f"{path}: cannot read run metadata ({e})") from None
     key_columns = meta["input"].get("key_columns")
     if key_columns is None:
-      raise common.UsageError(f"{path} has no input.key_columns (written by pipelines.features "
+      raise UsageError(f"{path} has no input.key_columns (written by pipelines.features "
                               "since run_metadata gained it); rerun the features job")
     try:
       module = importlib.import_module(meta["transform_module"])
     except ImportError as e:
-      raise common.UsageError(f"transform module {meta['transform_module']}: {e}") from None
+      raise UsageError(f"transform module {meta['transform_module']}: {e}") from None
     options.setdefault("num_buckets", meta["log"]["num_buckets"])
-    return cls(os.path.join(features_dir, "transform_fn"),
+    return cls(os.path.join(features_dir, feature_log.TRANSFORM_FN_DIR),
                profile if profile is not None else profiles.parse_profile(meta["profile"]),
                log_dir, [(c["name"], c["type"]) for c in meta["schema"]["columns"]],
                key_columns, module.EVENT_TIME_COLUMN, meta["schema"]["aggregates"],
@@ -170,15 +160,15 @@ class ProductionLogger:
     """Accepts several raw records; aggregates: one {name: int} per record (or None)."""
     aggregates = [None] * len(records) if aggregates is None else list(aggregates)
     if len(aggregates) != len(records):
-      raise common.UsageError("log_batch: one aggregates mapping per record")
+      raise UsageError("log_batch: one aggregates mapping per record")
     if watermark is not None and (isinstance(watermark, bool) or not isinstance(
         watermark, (int, np.integer))):
-      raise common.UsageError(f"watermark must be an integer event time, got {watermark!r}")
+      raise UsageError(f"watermark must be an integer event time, got {watermark!r}")
     items = [self._accept(r, a, watermark) for r, a in zip(records, aggregates)]
     ready = []
     with self._lock:
       if self._closed:
-        raise common.UsageError("the logger is closed")
+        raise UsageError("the logger is closed")
       self._buffer.extend(items)
       self.stats["accepted"] += len(items)
       while len(self._buffer) >= self._batch_size:
@@ -213,17 +203,17 @@ class ProductionLogger:
 
   def _accept(self, record, aggregates, watermark):
     if not isinstance(record, dict):
-      raise common.UsageError(f"a record is a dict column -> source text, got "
+      raise UsageError(f"a record is a dict column -> source text, got "
                               f"{type(record).__name__}")
     for name in self._names:
       if not isinstance(record.get(name), (str, bytes, type(None))):
-        raise common.UsageError(f"column {name!r}: source text (str, bytes or None) expected, "
+        raise UsageError(f"column {name!r}: source text (str, bytes or None) expected, "
                                 f"got {type(record[name]).__name__}")
     values = {}
     for name in self._aggregates:
       v = (aggregates or {}).get(name)
       if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
-        raise common.UsageError(f"aggregate {name!r} must be an integer, got {v!r}")
+        raise UsageError(f"aggregate {name!r} must be an integer, got {v!r}")
       values[name] = 0 if v is None else int(v)
     return record, values, watermark
 
@@ -243,36 +233,36 @@ class ProductionLogger:
       self.stats["sampled_out"] = self._rules.sampled_out
       for row in rows if self._secret is not None else ():
         for col in self._pii:
-          name = "key" if col == "key" else f"value__{col}"
+          name = col if col == feature_log.KEY else feature_log.value_column(col)
           if row.get(name) is not None:
             row[name] = pii_hash(row[name], self._secret)
       table = pa.Table.from_pylist(rows, schema=self._schema)
-      buckets = feature_log.bucket_of(table.column("key").combine_chunks(), self._num_buckets)
+      buckets = feature_log.bucket_of(table.column(feature_log.KEY).combine_chunks(),
+                                      self._num_buckets)
       for b in np.unique(buckets):
-        part = table.filter(pa.array(buckets == b)).sort_by("key")
-        path = (f"feature_log/bucket-{b:05d}-of-{self._num_buckets:05d}-part-"
-                f"{self._next_part:06d}.parquet")
+        part = table.filter(pa.array(buckets == b)).sort_by(feature_log.KEY)
+        path = feature_log.part_path(int(b), self._num_buckets, self._next_part)
         sink = pa.BufferOutputStream()
         pq.write_table(part, sink, compression=self._compression,
                        use_dictionary=feature_log.dictionary_columns(part.schema.names))
         _write_atomically(os.path.join(self._log_dir, path), sink.getvalue().to_pybytes())
         entry = self._buckets.setdefault(int(b), {
             "rows": 0, "dropped": 0, "parts": [],
-            "digests": {s: fingerprint.empty_digest() for s in _STAGES}})
+            "digests": {s: fingerprint.empty_digest() for s in FP_STAGES}})
         entry["rows"] += part.num_rows
-        entry["dropped"] += part.num_rows - part.column("dropped_stage").null_count
+        entry["dropped"] += part.num_rows - part.column(feature_log.DROPPED_STAGE).null_count
         entry["parts"].append(path)
         for s, d in feature_log.stage_digests(part).items():
           entry["digests"][s] = fingerprint.add_digests(entry["digests"][s], d)
       self._next_part += 1
       self.stats["flushes"] += 1
       self.stats["logged"] += table.num_rows
-      self.stats["dropped"] += table.num_rows - table.column("dropped_stage").null_count
+      self.stats["dropped"] += table.num_rows - table.column(feature_log.DROPPED_STAGE).null_count
       self._save_metadata()
 
   def _save_metadata(self):
-    _write_atomically(os.path.join(self._log_dir, RUN_METADATA), (json.dumps(
-        self._metadata(), indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    _write_atomically(os.path.join(self._log_dir, run_metadata.FILE),
+                      run_metadata.dump(self._metadata()))
 
   def _metadata(self):
     n = self._num_buckets
@@ -280,42 +270,49 @@ class ProductionLogger:
                 "parts": list(e["parts"]), "rows": e["rows"], "dropped": e["dropped"],
                 "digests": {s: fingerprint.digest_hex(d) for s, d in e["digests"].items()}}
                for b, e in sorted(self._buckets.items())]
-    return dict(self._static, input={
-        "dir": self._source, "content_digest": fingerprint.digest_hex(self._rules.content),
-        "key_columns": self._key_columns}, log={
-        "num_buckets": n, "seed": feature_log.LOG_SEED, "parts": self._next_part,
-        "rows": sum(b["rows"] for b in buckets), "buckets": buckets})
+    doc = run_metadata.document(
+        profile=self._profile, transform_module=self._transform_module, input_dir=self._source,
+        content_digest=fingerprint.digest_hex(self._rules.content),
+        key_columns=self._key_columns, columns=self._columns, aggregates=self._aggregates,
+        runner=RUNNER, analyze=self._analyze, num_buckets=n, buckets=buckets,
+        versions_=self._versions)
+    doc["log"]["parts"] = self._next_part
+    if self._pii:
+      doc["pii"] = {"columns": self._pii, "hash": "hmac-sha256"}
+    return doc
 
   def _open_log_dir(self):
     """Creates LOG_DIR, or resumes the log it holds. Part and temp files its metadata does not
     list (the batch open at a crash) are removed, so parts and metadata agree."""
-    os.makedirs(os.path.join(self._log_dir, "feature_log"), exist_ok=True)
-    path = os.path.join(self._log_dir, RUN_METADATA)
+    log_dir = os.path.join(self._log_dir, feature_log.LOG_DIR)
+    os.makedirs(log_dir, exist_ok=True)
+    path = os.path.join(self._log_dir, run_metadata.FILE)
     if os.path.exists(path):
-      with open(path, encoding="utf-8") as f:
-        meta = json.load(f)
-      same = {k: meta.get(k) == self._static.get(k)
-              for k in ("format", "profile", "schema", "runner", "stages", "pii")}
-      same.update(analyze=meta["analyze"]["fingerprint"] == self._static["analyze"][
-          "fingerprint"], num_buckets=meta["log"]["num_buckets"] == self._num_buckets,
+      with open(path, "rb") as f:
+        meta = run_metadata.load(f.read(), path)
+      mine = self._metadata()
+      same = {k: meta.get(k) == mine.get(k) for k in _SAME}
+      same.update(analyze=meta["analyze"]["fingerprint"] == self._analyze["fingerprint"],
+                  num_buckets=meta["log"]["num_buckets"] == self._num_buckets,
                   key_columns=meta["input"]["key_columns"] == self._key_columns)
       if not all(same.values()):
-        raise common.UsageError(f"{self._log_dir} holds another log ("
+        raise UsageError(f"{self._log_dir} holds another log ("
                                 f"{', '.join(k for k, v in same.items() if not v)} differ); "
                                 "use a new log directory")
       self._next_part = meta["log"]["parts"]
-      self._rules.content = _digest(meta["input"]["content_digest"])
+      self._rules.content = fingerprint.parse_digest(meta["input"]["content_digest"])
       for b in meta["log"]["buckets"]:
         self._buckets[b["bucket"]] = {
             "rows": b["rows"], "dropped": b["dropped"], "parts": list(b["parts"]),
-            "digests": {s: _digest(d) for s, d in b["digests"].items()}}
+            "digests": {s: fingerprint.parse_digest(d) for s, d in b["digests"].items()}}
     listed = {p for e in self._buckets.values() for p in e["parts"]}
-    for name in os.listdir(os.path.join(self._log_dir, "feature_log")):
-      if f"feature_log/{name}" not in listed and (_PART.match(name) or name.endswith(".tmp")):
-        os.remove(os.path.join(self._log_dir, "feature_log", name))
+    for name in os.listdir(log_dir):
+      if f"{feature_log.LOG_DIR}/{name}" not in listed and (
+          feature_log.is_part_file(name) or name.endswith(".tmp")):
+        os.remove(os.path.join(log_dir, name))
     if not os.path.exists(path):  # a log directory always holds its run metadata
       self._save_metadata()
     for rel in sorted(listed) if not self._key_columns else ():  # continue the ordinals
-      t = pq.read_table(os.path.join(self._log_dir, rel), columns=["fp_raw", "fp_parse"])
-      self._rules.continue_ordinals(t.column("fp_raw").to_pylist(),
-                                    t.column("fp_parse").to_pylist())
+      raw, parse = feature_log.fp_column(RAW.name), feature_log.fp_column(PARSE.name)
+      t = pq.read_table(os.path.join(self._log_dir, rel), columns=[raw, parse])
+      self._rules.continue_ordinals(t.column(raw).to_pylist(), t.column(parse).to_pylist())

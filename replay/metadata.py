@@ -11,20 +11,16 @@ cause tied to the stage it can first affect (docs/replay.md has the table):
 Buckets are compared by their per-stage digests: a bucket equal on every digest (and in rows
 and drops) on both sides is skipped unread; the rest are read and joined.
 """
-import json
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.common import UsageError
-from transforms import feature_log
-from transforms.feature_log import STAGES
+from transforms.spec import feature_log, fingerprint, run_metadata
+from transforms.spec.errors import UsageError
+from transforms.spec.stages import FP_STAGES as DIGEST_STAGES, STAGES
 
-__all__ = ["FORMAT", "RUN_METADATA", "VERSION_STAGES", "load", "check_compatible",
-           "suspected_causes", "plan_buckets", "bucket_pattern"]
+__all__ = ["VERSION_STAGES", "load", "check_compatible", "suspected_causes", "plan_buckets",
+           "bucket_pattern"]
 
-FORMAT = "skewtrace.features/1"
-RUN_METADATA = "run_metadata.json"
-DIGEST_STAGES = feature_log.FP_STAGES
 PROFILE_STAGES = {"windowing": "window", "sharding": "shard", "sampling": "shard",
                   "serialization": "serialize"}
 VERSION_STAGES = {
@@ -47,18 +43,12 @@ def load(directory, side):
     raise UsageError(f"--{side} is required")
   if not FileSystems.exists(directory):
     raise UsageError(f"--{side} {directory}: no such folder")
-  path = FileSystems.join(directory, RUN_METADATA)
+  path = FileSystems.join(directory, run_metadata.FILE)
   if not FileSystems.exists(path):
-    raise UsageError(f"--{side} {directory}: no {RUN_METADATA} (not a feature-log folder)")
-  try:
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-      meta = json.loads(f.read().decode("utf-8"))
-  except (ValueError, UnicodeDecodeError) as e:
-    raise UsageError(f"--{side} {path}: not valid JSON ({e})") from None
-  if not isinstance(meta, dict):
-    raise UsageError(f"--{side} {path}: not a run metadata object")
-  if meta.get("format") != FORMAT:
-    raise UsageError(f"--{side} {path}: format {meta.get('format')!r}, this diff reads {FORMAT}")
+    raise UsageError(f"--{side} {directory}: no {run_metadata.FILE} (not a feature-log folder)")
+  with FileSystems.open(path, compression_type="uncompressed") as f:
+    data = f.read()
+  meta = run_metadata.load(data, f"--{side} {path}")
   missing = [k for k in _REQUIRED if k not in meta]
   if missing:
     raise UsageError(f"--{side} {path}: lacks {', '.join(missing)}")
@@ -68,7 +58,7 @@ def load(directory, side):
     for b in log["buckets"]:
       int(b["bucket"]), int(b["rows"]), int(b["dropped"])
       for stage in DIGEST_STAGES:
-        int(str(b["digests"][stage]).split(":")[0])
+        fingerprint.parse_digest(b["digests"][stage])
     int(log["num_buckets"]), int(log["seed"])
   except (KeyError, TypeError, ValueError) as e:
     raise UsageError(f"--{side} {path}: malformed log section ({e!r})") from None

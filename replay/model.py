@@ -8,7 +8,7 @@ import dataclasses
 import math
 
 from replay import compare, drift
-from transforms.feature_log import STAGES
+from transforms.spec.stages import STAGES
 
 __all__ = ["REPORT_FORMAT", "Side", "Records", "FeatureSummary", "Cause", "Buckets", "Report",
            "build_report", "divergent_fraction"]

@@ -10,10 +10,10 @@ import html
 import json
 import math
 
+from transforms.spec.stages import STAGES
+
 __all__ = ["STAGES", "TREND_NIGHTS", "verdict", "render_text", "render_html"]
 
-# Pipeline order (transforms.feature_log.STAGES; not imported so rendering needs no Beam).
-STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
 RECORD_FIELDS = ("offline", "production", "matched_keys", "offline_only", "production_only",
                  "dropped_both", "identical", "within_tolerance", "divergent",
                  "duplicate_keys_offline", "duplicate_keys_production")

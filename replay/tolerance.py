@@ -11,7 +11,7 @@ Categorical features have no tolerance: any difference is a mismatch.
 import dataclasses
 import math
 
-from pipelines.common import UsageError
+from transforms.spec.errors import UsageError
 
 __all__ = ["Tolerance", "normalise", "from_flags", "parse_feature_spec"]
 

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import feature_log, fingerprint
+from transforms.spec import feature_log
+from transforms.spec import fingerprint
 
 __all__ = ["edit_log", "float_noise", "window_shift"]
 

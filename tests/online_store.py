@@ -8,7 +8,9 @@ import os
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from transforms import profile as profiles, schema, window_records
+from transforms.spec import profile as profiles
+from transforms.spec import schema
+from transforms.spec import window as window_records
 
 __all__ = ["AGG", "records_and_counts"]
 

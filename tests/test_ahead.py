@@ -9,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 
-from transforms.ahead import SWITCH_INTERVAL, AheadDoFn
+from transforms.beam.ahead import SWITCH_INTERVAL, AheadDoFn
 
 
 class _Twice(AheadDoFn):

@@ -7,7 +7,7 @@ import pyarrow as pa
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.arrow_coder import RecordBatchCoder
+from transforms.beam.arrow_coder import RecordBatchCoder
 
 
 def _batch():

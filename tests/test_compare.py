@@ -12,7 +12,7 @@ import xxhash
 from pipelines.common import UsageError
 from replay import compare, drift, metadata, model, tolerance
 from replay.compare import Context
-from transforms import fingerprint
+from transforms.spec import fingerprint, run_metadata, stages
 
 STAGE_FPS = ("raw", "parse", "window", "shard", "serialize")
 
@@ -353,7 +353,7 @@ def test_numeric_nan_and_infinities_are_bins_of_their_own():
 
 # --------------------------------------------------------------------------- metadata
 def meta(**changes):
-  m = {"format": metadata.FORMAT, "transform_module": "transforms.taxi", "runner": "DirectRunner",
+  m = {"format": run_metadata.FORMAT, "transform_module": "transforms.taxi", "runner": "DirectRunner",
        "profile": {"windowing": {"type": "fixed", "size_seconds": 3600, "offset_seconds": 0},
                    "sharding": {"num_shards": 4, "hash_seed": 0},
                    "serialization": {"format": "tfrecord", "float_dtype": "float32"},
@@ -438,19 +438,39 @@ def test_report_model_fraction_counts_one_side_records():
   assert model.divergent_fraction(dict.fromkeys(rec, 0)) == 0.0
 
 
+def _schema_valid(m):
+  """meta() made to satisfy manifests/run_metadata.schema.json (what metadata.load checks)."""
+  hex16, digest = "0" * 16, "1:" + "0" * 16 + ":" + "0" * 16
+  m.update(stages=list(stages.STAGES), versions=dict.fromkeys(
+      ["python", "beam", "tft", "tf", "pyarrow", "skewtrace"], "1"))
+  m["input"]["content_digest"] = digest
+  m["analyze"].update(fingerprint=hex16, definition=hex16,
+                      analyzers={"mean": {"fingerprint": hex16, "values": [1.5]}})
+  for b in m["log"]["buckets"]:
+    b.update(path=f"feature_log/bucket-{b['bucket']:05d}-of-00002.parquet",
+             digests=dict.fromkeys(metadata.DIGEST_STAGES, digest))
+  return m
+
+
+def test_schema_valid_metadata_loads(tmp_path):
+  (tmp_path / run_metadata.FILE).write_text(json.dumps(_schema_valid(meta())))
+  assert metadata.load(str(tmp_path), "production")["log"]["rows"] == 3
+
+
 @pytest.mark.parametrize("field,edit", [
     ("log.rows", lambda m: m["log"].pop("rows")),
+    ("log.buckets.0.digests.raw", lambda m: m["log"]["buckets"][0]["digests"].update(raw="1:0")),
     ("profile", lambda m: m.update(profile=["fixed"])),
     ("analyze", lambda m: m.update(analyze="f1")),
     ("schema.columns", lambda m: m["schema"]["columns"][0].pop("type"))])
 def test_malformed_metadata_fields_are_one_line_usage_errors(tmp_path, field, edit):
-  m = meta()
+  m = _schema_valid(meta())
   edit(m)
-  (tmp_path / metadata.RUN_METADATA).write_text(json.dumps(m))
+  (tmp_path / run_metadata.FILE).write_text(json.dumps(m))
   with pytest.raises(UsageError) as e:
     metadata.load(str(tmp_path), "production")
   msg = str(e.value)
-  assert "\n" not in msg and metadata.RUN_METADATA in msg and field in msg
+  assert "\n" not in msg and run_metadata.FILE in msg and field in msg
   assert msg.startswith("--production ")
 
 

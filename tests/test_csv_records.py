@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tests.conftest import EDGE, TAXI_CSV
-from transforms import csv_records
+from transforms.codec import csv_records
 
 
 def read_all(data, block_bytes=1 << 20):

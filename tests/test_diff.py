@@ -24,7 +24,7 @@ from pipelines import common
 from pipelines.common import UsageError
 from replay import diff
 from tests.conftest import ROOT
-from transforms import fingerprint
+from transforms.spec import fingerprint
 
 TOTAL = 15002
 DIGEST_STAGES = ("raw", "parse", "window", "shard", "serialize", "transform")
@@ -268,7 +268,8 @@ def test_beam_counters(logs, tmp_path):
   plan = diff.plan_diff(opts, out)
   assert [b for b, _ in plan["tasks"]] == [WINDOW_BUCKET, DROP_BUCKET, NOISE_BUCKET]
   assert len(plan["tasks"][0][1]["production"]) == 2  # the bucket written as two parts
-  result = diff.build_pipeline(plan, options, str(tmp_path / "r.json")).run()
+  result = diff.build_pipeline(plan, options, str(tmp_path / "r.json"),
+                               str(tmp_path / "errors.json")).run()
   result.wait_until_finish()
   found = result.metrics().query(MetricsFilter().with_namespace(diff.METRICS_NAMESPACE))
   counters = {c.key.metric.name: c.committed for c in found["counters"]}

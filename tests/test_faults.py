@@ -18,7 +18,7 @@ import yaml
 
 from tests import logfaults, online_store
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
-from transforms import fingerprint
+from transforms.spec import fingerprint
 
 TOTAL = 15002
 FLOAT_COLUMNS = ["fare", "trip_miles", "pickup_latitude", "pickup_longitude",

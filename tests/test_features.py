@@ -79,7 +79,7 @@ def test_run_metadata_carries_profile_versions_and_bucket_digests(taxi_features,
   assert meta["input"]["content_digest"] == manifest["content_digest"]
   assert meta["log"]["rows"] == 15002 and len(meta["log"]["buckets"]) == 16
   log = _log(taxi_features["direct"])
-  from transforms import fingerprint
+  from transforms.spec import fingerprint
   total = fingerprint.combine_digest(np.asarray(log.column("fp_window").to_pylist(),
                                                 dtype=np.uint64))
   summed = fingerprint.empty_digest()
@@ -108,7 +108,7 @@ def test_analyze_stage_fingerprints_each_analyzer_output(taxi_features, taxi_run
   import pyarrow as pa
   import pyarrow.parquet as pq
   import tensorflow_transform as tft
-  from transforms import fingerprint
+  from transforms.spec import fingerprint
   root = taxi_features["direct"]
   analyze = json.load(open(os.path.join(root, "run_metadata.json")))["analyze"]["analyzers"]
   out = tft.TFTransformOutput(os.path.join(root, "transform_fn"))
@@ -202,11 +202,10 @@ def _log_batches(n, seed, multi_value_rows=()):
   """(staged, transformed) as WriteFeatureLog receives them: the records going into TFT (stage
   columns and LOG_HASH), and TFT's output for them in another row order (feature list columns,
   LOG_HASH and the raw fingerprint passed through)."""
-  from transforms import feature_log as fl
-  from transforms.key_rows import FP, RAW_FP
-  from transforms.serialize_records import SERIALIZE_FP
-  from transforms.shard_records import SHARD_FP, SHARD_ID
-  from transforms.window_records import WINDOW_END, WINDOW_FP, WINDOW_START
+  from transforms.spec import feature_log as log_format
+  from transforms.stages import write_feature_log as fl
+  from transforms.spec.stages import (PARSE_FP as FP, RAW_FP, SERIALIZE_FP, SHARD_FP,
+                                      SHARD_ID, WINDOW_END, WINDOW_FP, WINDOW_START)
   rng = np.random.default_rng(seed)
   starts = rng.integers(0, 10**6, n) * 3600
   staged = fl.with_log_hash(pa.record_batch({
@@ -226,7 +225,7 @@ def _log_batches(n, seed, multi_value_rows=()):
                                       pa.array(rng.normal(size=n).astype(np.float32))),
       "g_id": pa.ListArray.from_arrays(pa.array(offsets),
                                        pa.array(rng.integers(0, 9, offsets[-1]))),
-      **{c: staged.column(c) for c in fl.passthrough_columns()}})
+      **{c: staged.column(c) for c in log_format.passthrough_columns()}})
   return staged, transformed
 
 
@@ -242,7 +241,7 @@ def _dropped_batch(n, seed):
 
 def _parts(tmp, staged, transformed, dropped, num_buckets):
   """{bucket: part paths} the log's part writers write for the given bundling."""
-  from transforms import feature_log as fl
+  from transforms.stages import write_feature_log as fl
   parts = {}
   writers = [(fl._WriteHeadPartsFn(str(tmp), num_buckets, "trip_start_timestamp", False),
               staged),
@@ -258,7 +257,7 @@ def _parts(tmp, staged, transformed, dropped, num_buckets):
 
 def _write_log(tmp, staged, transformed, dropped, num_buckets=4):
   """Runs the log's part writers over the given bundling, then merges: {file: bytes}, infos."""
-  from transforms import feature_log as fl
+  from transforms.stages import write_feature_log as fl
   parts = _parts(tmp, staged, transformed, dropped, num_buckets)
   infos = [fl.merge_bucket(str(tmp), num_buckets, b, paths) for b, paths in sorted(parts.items())]
   files = {os.path.relpath(p, tmp): open(p, "rb").read() for p in sorted(
@@ -289,7 +288,7 @@ def test_feature_log_bytes_do_not_depend_on_bundling(tmp_path):
     keys = b.column("key").to_pylist()
     assert keys == sorted(keys)
   # each record's transformed values sit beside its own stage columns
-  from transforms import fingerprint
+  from transforms.spec import fingerprint
   i = 7
   row = [r for r in log.to_pylist() if r["key"] == f"k1-{i}"][0]
   assert row["value__f_z"] == transformed.column("f_z")[i].as_py()[0]
@@ -321,7 +320,7 @@ def test_log_order_of_identical_records_never_follows_tft_output_order(tmp_path)
   assert log.num_rows == 25 and keys == sorted(keys)
 
 def test_merge_refuses_transformed_rows_that_do_not_match_the_records(tmp_path):
-  from transforms import feature_log as fl
+  from transforms.stages import write_feature_log as fl
   staged, transformed = _log_batches(50, 4)
   parts = _parts(tmp_path, [staged], [transformed.slice(1)], [], 1)  # one row never came back
   with pytest.raises(ValueError, match="50 records went into TFT but 49"):
@@ -339,13 +338,13 @@ def test_merge_refuses_transformed_rows_that_do_not_match_the_records(tmp_path):
 
 
 def test_stage_fingerprint_columns_read_unsigned_keep_their_nulls():
-  from transforms import feature_log as fl
+  from transforms.stages import write_feature_log as fl
   got = fl._as_uint64(pa.chunked_array([[5, None], [-1]], pa.int64()))
   assert got.type == pa.uint64() and got.to_pylist() == [5, None, 2**64 - 1]
 
 
 def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
-  from transforms import feature_log as fl
+  from transforms.stages import write_feature_log as fl
   staged, kept = _log_batches(200, 3, multi_value_rows=[150])
   fn = fl._WriteValuesPartsFn(str(tmp_path), 1)
   parts = [fl._read_part(path) for b in (kept.slice(0, 100), kept.slice(100))
@@ -357,7 +356,7 @@ def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
   assert column.to_pylist() == kept.column("g_id").to_pylist()
   assert fl._feature_column(parts, "value__f_z").to_pylist() == \
       kept.column("f_z").flatten().to_pylist()
-  from transforms import fingerprint
+  from transforms.spec import fingerprint
   heads = [fl._read_part(path) for _, path in fl._WriteHeadPartsFn(
       str(tmp_path), 1, "trip_start_timestamp", False).work(staged)]
   log, names = fl._merged_log(heads, parts, [], 0)  # g_id is mixed: its fingerprints are over lists
@@ -375,7 +374,7 @@ def test_feature_log_keeps_lists_when_some_part_has_several_values(tmp_path):
 
 def test_serialize_runs_ahead_but_keeps_order_windows_and_timestamps():
   from apache_beam.transforms.window import IntervalWindow
-  from transforms import serialize_records as sr
+  from transforms.stages import serialize_records as sr
   from tests.test_window_records import BASE
   fn = sr._SerializeFn(["x"], BASE)
   fn.setup()
@@ -395,18 +394,19 @@ def test_serialize_runs_ahead_but_keeps_order_windows_and_timestamps():
 
 
 def test_tft_batches_carry_the_passthrough_columns_back():
-  from transforms import transform_records as tr
+  from transforms.graph import feed as tr
+  from transforms.spec.stages import PASSTHROUGH
   b = pa.record_batch({"__key__": pa.array(["a", "b"], pa.large_string()),
                        "x": pa.array([1.5, None]), "t": pa.array([7, 8]),
                        "w": pa.array([1, 2], pa.uint64())})
   tft = tr.to_tft_batch(b, ["x", "t"], {"__t__": "t", "w": "w"})
-  assert tft.schema.names == ["x", "t", tr.PASSTHROUGH]  # only what is asked for rides along
+  assert tft.schema.names == ["x", "t", PASSTHROUGH]  # only what is asked for rides along
   # features as one-value lists with 32-bit offsets (fewer bytes materialised for TFT)
   assert tft.schema.field("x").type == pa.list_(pa.float64())
   assert tft.column(0).to_pylist() == [[1.5], None] and tft.column(1).to_pylist() == [[7], [8]]
-  assert tr.passthrough_keys({"__t__": "t"}) == {tr.PASSTHROUGH}
+  assert tr.passthrough_keys({"__t__": "t"}) == {PASSTHROUGH}
   assert tr.to_tft_batch(b, ["x"]).schema.names == ["x"] and tr.passthrough_keys() == set()
-  back = tr._from_tft((tft.select(["x", tr.PASSTHROUGH]), {}))
+  back = tr.from_tft((tft.select(["x", PASSTHROUGH]), {}))
   assert back.column("__t__").to_pylist() == [7, 8]
   assert back.column("w").type == pa.uint64() and back.column("w").to_pylist() == [1, 2]
   assert back.column("x").to_pylist() == [[1.5], None]

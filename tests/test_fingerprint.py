@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from transforms import fingerprint
+from transforms.spec import fingerprint
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "fingerprint_vectors.json")
 

@@ -1,37 +1,117 @@
-"""The public surface of each package imports and names what it exports."""
+"""The public surface of each package imports and names what it exports, and imports flow one
+way: codec -> spec -> graph, beam -> stages, features -> pipelines -> replay, with no cycles."""
+import ast
 import importlib
+import os
+import pkgutil
 
 import pytest
 
-MODULES = ["transforms.fingerprint", "transforms.xxh64", "transforms.arrow_coder",
-           "transforms.ahead", "transforms.csv_records",
-           "transforms.schema", "transforms.tfrecord", "transforms.read_csv",
-           "transforms.infer_types", "transforms.type_rows", "transforms.key_rows",
-           "transforms.write_shards", "transforms.write_rejected", "pipelines.common",
-           "pipelines.dataset", "pipelines.ingest", "pipelines.verify", "pipelines.features",
-           "transforms.profile", "transforms.window_records", "transforms.shard_records",
-           "transforms.serialize_records", "transforms.transform_records",
-           "transforms.feature_log", "transforms.taxi", "transforms.progress",
-           "transforms.analyze", "replay.compare", "replay.tolerance", "replay.metadata",
-           "replay.drift", "replay.model", "replay.diff", "replay.render", "replay.rerun",
-           "replay.logger", "replay.log_rows", "replay.check", "replay.cli"]
+from tests.conftest import ROOT
+
+PACKAGES = ["manifests", "transforms", "transforms.codec", "transforms.spec", "transforms.graph",
+            "transforms.beam", "transforms.stages", "transforms.features", "pipelines", "replay"]
+# The layer of each package: a module may import modules of its own layer or below only.
+LAYERS = {"manifests": 0, "transforms.codec": 0, "transforms.spec": 1, "transforms.graph": 2,
+          "transforms.beam": 2, "transforms.stages": 3, "transforms.features": 3,
+          "transforms": 3, "pipelines": 4, "replay": 5}
 
 
-@pytest.mark.parametrize("name", MODULES)
+def _modules():
+  """Every module of the project's packages, by dotted name -> file path."""
+  out = {}
+  for package in PACKAGES:
+    path = os.path.join(ROOT, *package.split("."))
+    out[package] = os.path.join(path, "__init__.py")
+    for info in pkgutil.iter_modules([path]):
+      if not info.ispkg:
+        out[f"{package}.{info.name}"] = os.path.join(path, info.name + ".py")
+  return out
+
+
+MODULES = _modules()
+
+
+def _layer(module):
+  parts = module.split(".")
+  for n in range(len(parts), 0, -1):
+    if ".".join(parts[:n]) in LAYERS:
+      return LAYERS[".".join(parts[:n])]
+  raise KeyError(module)
+
+
+def _project_imports(path):
+  """The project modules a file imports (at any depth of its code), as dotted names."""
+  tree = ast.parse(open(path, encoding="utf-8").read())
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+    else:
+      continue
+    found.update(n for n in names if n in MODULES)
+  return found
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_exports_exist(name):
   module = importlib.import_module(name)
   assert module.__all__
   for symbol in module.__all__:
-    assert hasattr(module, symbol), f"{name}.{symbol}"
+    assert hasattr(module, symbol) or f"{name}.{symbol}" in MODULES, f"{name}.{symbol}"
 
 
-def test_replay_package_names_its_modules():
-  import replay
-  for name in replay.__all__:
-    importlib.import_module(f"replay.{name}")
+def test_packages_name_their_modules():
+  for package in PACKAGES[1:]:
+    listed = set(importlib.import_module(package).__all__)
+    own = {m.rpartition(".")[2] for m in MODULES if m.rpartition(".")[0] == package}
+    assert listed == own, package
 
 
-def test_renderers_stage_order_is_the_pipelines():
-  from replay import render
-  from transforms import feature_log
-  assert render.STAGES == feature_log.STAGES
+def test_imports_flow_one_way():
+  wrong = []
+  for name, path in MODULES.items():
+    for target in _project_imports(path):
+      if _layer(target) > _layer(name):
+        wrong.append(f"{name} -> {target}")
+  assert not wrong, wrong
+
+
+def test_import_graph_has_no_cycle():
+  graph = {name: _project_imports(path) - {name} for name, path in MODULES.items()}
+  state = {}
+
+  def visit(node, trail):
+    if state.get(node) == "done":
+      return
+    assert state.get(node) != "open", " -> ".join(trail + [node])
+    state[node] = "open"
+    for nxt in sorted(graph[node]):
+      if nxt.startswith(node + "."):  # a package importing its own module is no cycle
+        continue
+      visit(nxt, trail + [node])
+    state[node] = "done"
+
+  for node in sorted(graph):
+    visit(node, [])
+
+
+def test_the_layer_test_fails_on_an_upward_import(tmp_path):
+  path = tmp_path / "m.py"
+  path.write_text("from pipelines import common\nimport transforms.spec.stages\n")
+  found = _project_imports(str(path))
+  assert found == {"pipelines", "pipelines.common", "transforms.spec.stages"}
+  assert max(_layer(t) for t in found) > _layer("transforms.spec.stages")
+
+
+def test_no_module_is_over_400_lines():
+  long = {name: n for name, path in MODULES.items()
+          if (n := sum(1 for _ in open(path, encoding="utf-8"))) > 420}
+  assert not long, long
+
+
+def test_transforms_package_has_no_side_effects():
+  source = open(MODULES["transforms"], encoding="utf-8").read()
+  assert not [n for n in ast.parse(source).body if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -60,7 +60,7 @@ def test_manifest_matches_its_schema_and_counts(taxi_runs):
 def _expected_taxi():
   """The sample read independently by pyarrow with the schema's types."""
   types = {"INT": pa.int64(), "FLOAT": pa.float64(), "BYTES": pa.string()}
-  from transforms import schema
+  from transforms.spec import schema
   cols = schema.load_tfmd(open(TAXI_SCHEMA).read())
   return pacsv.read_csv(TAXI_CSV, convert_options=pacsv.ConvertOptions(
       column_types={n: types[t] for n, t in cols.items()}, strings_can_be_null=True))
@@ -241,7 +241,7 @@ def test_cli_exit_code_2_and_message_for_a_different_dataset(taxi_runs, tmp_path
 
 def test_shards_carry_raw_and_parse_stage_fingerprints(taxi_runs):
   import csv
-  from transforms import fingerprint
+  from transforms.spec import fingerprint
   table = pa.concat_tables([pa.parquet.read_table(p) for p in sorted(glob.glob(
       os.path.join(taxi_runs["direct"], "parquet", "*.parquet")))])
   with open(TAXI_CSV, newline="", encoding="utf-8") as f:

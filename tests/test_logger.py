@@ -18,10 +18,13 @@ import pytest
 from pipelines import common
 from tests import online_store
 from tests.conftest import ROOT, TAXI_CSV
-from transforms import feature_log, fingerprint, profile as profiles
+from transforms.spec import feature_log
+from transforms.spec import fingerprint
+from transforms.spec import profile as profiles
+from transforms.spec.stages import FP_STAGES
 
 AGG = online_store.AGG
-_FP_COLUMNS = [f"fp_{s}" for s in feature_log.FP_STAGES]
+_FP_COLUMNS = [feature_log.fp_column(s) for s in FP_STAGES]
 
 
 def _read_log(root):
@@ -153,8 +156,8 @@ def test_parse_failure_and_late_records_are_logged_as_dropped_with_reasons(offli
 def test_sampling_keeps_the_keys_shard_records_keeps(offline, taxi, tmp_path):
   import apache_beam as beam
   from apache_beam.testing.util import assert_that, equal_to
-  from transforms.key_rows import KEY
-  from transforms.shard_records import ShardRecords
+  from transforms.spec.stages import KEY
+  from transforms.stages.shard_records import ShardRecords
   prof = dataclasses.replace(profiles.parse_profile(_meta(offline)["profile"]),
                              sampling_fraction=0.25, sampling_seed=7)
   records, aggs = taxi

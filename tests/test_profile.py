@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from transforms import profile
+from transforms.spec import profile
 
 
 def _shipped(name):

@@ -4,7 +4,7 @@ import pyarrow as pa
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.progress import Progress, stage_counts
+from transforms.beam.progress import Progress, stage_counts
 
 
 def test_batches_pass_through_and_are_counted_per_stage(capsys):

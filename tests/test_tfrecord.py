@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from transforms import tfrecord
+from transforms.codec import crc32c, example_decode, tfrecord, words
 
 
 def _table():
@@ -143,15 +143,15 @@ def test_both_crc32c_kernels_agree_with_google_crc32c():
     c = google_crc32c.value(data)
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
-  kernels = [tfrecord._crc32c_masked_table]  # numba dispatchers: callable from Python too
-  if tfrecord.HARDWARE_CRC:  # this CPU has SSE4.2: its kernel is the one the encoder uses
-    kernels.append(tfrecord._crc32c_masked_sse42)
-  assert tfrecord._crc32c_masked is (tfrecord._crc32c_masked_sse42 if tfrecord.HARDWARE_CRC
-                                     else tfrecord._crc32c_masked_table)
+  kernels = [crc32c.crc32c_masked_table]  # numba dispatchers: callable from Python too
+  if crc32c.HARDWARE_CRC:  # this CPU has SSE4.2: its kernel is the one the encoder uses
+    kernels.append(crc32c.crc32c_masked_sse42)
+  assert crc32c.crc32c_masked is (crc32c.crc32c_masked_sse42 if crc32c.HARDWARE_CRC
+                                  else crc32c.crc32c_masked_table)
   buf = np.frombuffer(np.random.default_rng(11).bytes(5000), dtype=np.uint8)
   for lo, hi in [(0, 0), (0, 1), (3, 11), (5, 12), (1, 100), (7, 557), (0, 5000)]:
     for kernel in kernels:
-      got = int(kernel(buf, lo, hi, tfrecord._CRC_TABLE)) & 0xFFFFFFFF  # callers keep 32 bits
+      got = int(kernel(buf, lo, hi, crc32c.CRC_TABLE)) & 0xFFFFFFFF  # callers keep 32 bits
       assert got == masked(buf[lo:hi].tobytes()), (lo, hi)
 
 
@@ -163,9 +163,9 @@ def test_hardware_crc_follows_the_cpu_features_numba_targets(monkeypatch):
   for features, expected in [("", False), ("+sse4.1,-sse4.2", False),
                              ("+sse4.2,+popcnt", x86), ("+popcnt,+sse4.2", x86)]:
     monkeypatch.setattr(numba.core.config, "CPU_FEATURES", features)
-    assert tfrecord._has_sse42() is expected, features
+    assert crc32c._has_sse42() is expected, features
   monkeypatch.setattr(numba.core.config, "CPU_FEATURES", None)  # the host's, as at import
-  assert tfrecord._has_sse42() == tfrecord.HARDWARE_CRC
+  assert crc32c._has_sse42() == crc32c.HARDWARE_CRC
 
 def _frame(records):
   """TFRecord framing of record bytes (TensorFlow's writer)."""
@@ -191,10 +191,10 @@ def test_compiled_decoder_equals_tfx_bsl_on_our_encoding():
 
 
 def test_word_intrinsics_refuse_arrays_they_cannot_address():
-  """_load_u64 / _store_u64 address data pointer + position: a strided or non-uint8 array
+  """load_u64 / store_u64 address data pointer + position: a strided or non-uint8 array
   would be read wrong, so numba refuses to compile such a call."""
   import numba
-  load = numba.njit(lambda a: tfrecord._load_u64(a, 0))
+  load = numba.njit(lambda a: words.load_u64(a, 0))
   data = np.arange(40, dtype=np.uint8)
   assert load(data) == int.from_bytes(bytes(range(8)), "little")
   for bad in (data[::2], data.view(np.uint32)):
@@ -203,8 +203,8 @@ def test_word_intrinsics_refuse_arrays_they_cannot_address():
 
 def test_decoder_fast_path_takes_our_encoding_and_agrees_with_the_parser(monkeypatch):
   """The template-matching fast path (_decode_canonical) decodes what encode_tfrecord writes
-  exactly as the protobuf parser (_decode) does, and gives way to it for anything else."""
-  real = tfrecord._decode_canonical
+  exactly as the protobuf parser (parse_examples) does, and gives way to it for anything else."""
+  real = example_decode._decode_canonical
   taken = []
 
   def spy(*args):
@@ -212,9 +212,10 @@ def test_decoder_fast_path_takes_our_encoding_and_agrees_with_the_parser(monkeyp
     return taken[-1]
 
   def both(data, columns):
-    monkeypatch.setattr(tfrecord, "_decode_canonical", spy)
+    # decode_tfrecord reaches the fast path through example_decode's global: patched there.
+    monkeypatch.setattr(example_decode, "_decode_canonical", spy)
     fast = tfrecord.decode_tfrecord(data, columns)
-    monkeypatch.setattr(tfrecord, "_decode_canonical", lambda *args: False)
+    monkeypatch.setattr(example_decode, "_decode_canonical", lambda *args: False)
     return fast, tfrecord.decode_tfrecord(data, columns)
 
   table = _table()

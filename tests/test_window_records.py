@@ -7,7 +7,10 @@ import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms import fingerprint, profile, window_records as wr
+from transforms.spec import fingerprint
+from transforms.spec import profile
+from transforms.spec import stages, window as rule
+from transforms.stages import window_records as wr
 
 BASE = profile.parse_profile({
     "windowing": {"type": "fixed", "size_seconds": 3600, "period_seconds": 3600,
@@ -24,44 +27,44 @@ def batch():
 
 
 def test_fixed_windows_and_missing_event_time():
-  kept, dropped = wr.assign_windows(batch(), "t", BASE, watermark=7300)
-  assert kept.column(wr.WINDOW_START).to_pylist() == [0, 0, 3600, 7200]
-  assert kept.column(wr.WINDOW_END).to_pylist() == [3600, 3600, 7200, 10800]
+  kept, dropped = rule.assign_windows(batch(), "t", BASE, watermark=7300)
+  assert kept.column(stages.WINDOW_START).to_pylist() == [0, 0, 3600, 7200]
+  assert kept.column(stages.WINDOW_END).to_pylist() == [3600, 3600, 7200, 10800]
   assert dropped.column("__key__").to_pylist() == ["d"]
-  assert dropped.column(wr.DROP_REASON).to_pylist() == ["missing event time"]
+  assert dropped.column(stages.DROP_REASON).to_pylist() == ["missing event time"]
 
 
 def test_offset_and_sliding_trailing_windows():
   p = dataclasses.replace(BASE, window_type="sliding", window_period=1800, window_offset=600)
-  kept, _ = wr.assign_windows(batch(), "t", p, watermark=None)
-  assert kept.column(wr.WINDOW_END).to_pylist() == [600, 4200, 4200, 7800]
-  assert kept.column(wr.WINDOW_START).to_pylist() == [-3000, 600, 600, 4200]
+  kept, _ = rule.assign_windows(batch(), "t", p, watermark=None)
+  assert kept.column(stages.WINDOW_END).to_pylist() == [600, 4200, 4200, 7800]
+  assert kept.column(stages.WINDOW_START).to_pylist() == [-3000, 600, 600, 4200]
 
 
 def test_late_records_are_dropped_with_reason():
   p = dataclasses.replace(BASE, allowed_lateness=3600)
-  kept, dropped = wr.assign_windows(batch(), "t", p, watermark=7300)
+  kept, dropped = rule.assign_windows(batch(), "t", p, watermark=7300)
   # windows ending at 3600 are late (3600 + 3600 <= 7300); the one ending at 7200 is not.
   assert kept.column("__key__").to_pylist() == ["c", "e"]
   assert sorted(dropped.column("__key__").to_pylist()) == ["a", "b", "d"]
-  assert "late" in dropped.column(wr.DROP_REASON).to_pylist()[0]
+  assert "late" in dropped.column(stages.DROP_REASON).to_pylist()[0]
 
 
 def test_counts_treat_null_as_a_group_and_join_back():
-  kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
-  counts = wr.window_counts(kept, "area", BASE)
+  kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
+  counts = rule.window_counts(kept, "area", BASE)
   assert counts.to_pylist() == [{"g": 0, "gnull": True, "e": 7200, "n": 1},
                                 {"g": 0, "gnull": True, "e": 10800, "n": 1},
                                 {"g": 1, "gnull": False, "e": 3600, "n": 2}]
-  joined = wr.join_counts(kept, "area", "n", counts)
+  joined = rule.join_counts(kept, "area", "n", counts)
   assert joined.column("n").to_pylist() == [2, 2, 1, 1]
 
 
 def test_sliding_record_counts_in_every_window_containing_it():
   p = dataclasses.replace(BASE, window_type="sliding", window_period=1800)
   one = pa.record_batch({"t": pa.array([100], pa.int64()), "area": pa.array([5], pa.int64())})
-  kept, _ = wr.assign_windows(one, "t", p, watermark=None)
-  assert [(r["g"], r["e"], r["n"]) for r in wr.window_counts(kept, "area", p).to_pylist()] \
+  kept, _ = rule.assign_windows(one, "t", p, watermark=None)
+  assert [(r["g"], r["e"], r["n"]) for r in rule.window_counts(kept, "area", p).to_pylist()] \
       == [(5, 1800, 1), (5, 3600, 1)]
 
 
@@ -72,10 +75,10 @@ def test_sliding_record_counts_in_every_window_containing_it():
 def test_counts_group_by_value_with_null_its_own_group(values, typ, g):
   b = pa.record_batch({"t": pa.array([0, 10, 20, 30, 7300], pa.int64()),
                        "area": pa.array(values, typ)})
-  kept, _ = wr.assign_windows(b, "t", BASE, watermark=None)
-  counts = wr.window_counts(kept, "area", BASE)
+  kept, _ = rule.assign_windows(b, "t", BASE, watermark=None)
+  counts = rule.window_counts(kept, "area", BASE)
   assert counts.column("g").to_pylist() == g
-  joined = wr.join_counts(kept, "area", "n", counts)
+  joined = rule.join_counts(kept, "area", "n", counts)
   expected = {int: [3, 3, 1, 3, 1], str: [3, 3, 1, 3, 1], float: [2, 1, 1, 2, 1]}
   assert joined.column("n").to_pylist() == expected[type(values[0])]
 
@@ -84,15 +87,15 @@ def test_counts_of_no_records_join_as_zero():
   fn = wr.SumCounts()
   nothing = fn.extract_output(fn.create_accumulator())
   assert nothing.num_rows == 0
-  kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
-  assert wr.join_counts(kept, "area", "n", nothing).column("n").to_pylist() == [0, 0, 0, 0]
+  kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
+  assert rule.join_counts(kept, "area", "n", nothing).column("n").to_pylist() == [0, 0, 0, 0]
 
 
 def test_counts_tables_travel_as_arrow_never_pickled(monkeypatch):
   import pickle
-  from transforms.arrow_coder import TableCoder
-  kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
-  counts = wr.window_counts(kept, "area", BASE)
+  from transforms.beam.arrow_coder import TableCoder
+  kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
+  counts = rule.window_counts(kept, "area", BASE)
 
   def refuse(*args, **kwargs):
     raise AssertionError("a counts table was pickled")
@@ -106,8 +109,8 @@ def test_counts_tables_travel_as_arrow_never_pickled(monkeypatch):
 
 
 def test_sum_counts_merges_partials_in_any_order():
-  kept, _ = wr.assign_windows(batch(), "t", BASE, watermark=None)
-  parts = [wr.window_counts(kept.slice(i, 1), "area", BASE) for i in range(kept.num_rows)]
+  kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
+  parts = [rule.window_counts(kept.slice(i, 1), "area", BASE) for i in range(kept.num_rows)]
   fn = wr.SumCounts()
   forward = fn.extract_output(fn.merge_accumulators(
       [fn.add_input(fn.create_accumulator(), t) for t in parts]))
@@ -115,11 +118,11 @@ def test_sum_counts_merges_partials_in_any_order():
   for t in reversed(parts):
     acc = fn.add_input(acc, t)
   assert forward.equals(fn.extract_output(acc))
-  assert forward.equals(wr.window_counts(kept, "area", BASE))
+  assert forward.equals(rule.window_counts(kept, "area", BASE))
   # the pipeline's partial tables come unordered; the sum is ordered all the same
   acc = fn.create_accumulator()
   for i in reversed(range(0, kept.num_rows, 2)):
-    acc = fn.add_input(acc, wr.window_counts(kept.slice(i, 2), "area", BASE, ordered=False))
+    acc = fn.add_input(acc, rule.window_counts(kept.slice(i, 2), "area", BASE, ordered=False))
   assert forward.equals(fn.extract_output(acc))
 
 
@@ -130,9 +133,9 @@ def test_composite_counts_across_batches_and_fingerprints_the_stage():
     out = (p | beam.Create([whole.slice(0, 2), whole.slice(2)])
            | wr.WindowRecords("t", aggregates, BASE))
     rows = out["kept"] | beam.FlatMap(lambda b: [
-        (r["__key__"], r["n"], r[wr.WINDOW_FP]) for r in b.to_pylist()])
+        (r["__key__"], r["n"], r[stages.WINDOW_FP]) for r in b.to_pylist()])
     expected_fp = {k: fingerprint.fingerprint_record(
-        {wr.WINDOW_START: s, wr.WINDOW_END: s + 3600, "n": n})
+        {stages.WINDOW_START: s, stages.WINDOW_END: s + 3600, "n": n})
         for k, s, n in [("a", 0, 2), ("b", 0, 2), ("c", 3600, 1), ("e", 7200, 1)]}
     assert_that(rows, equal_to([("a", 2, expected_fp["a"]), ("b", 2, expected_fp["b"]),
                                 ("c", 1, expected_fp["c"]), ("e", 1, expected_fp["e"])]))
@@ -151,7 +154,7 @@ def test_counts_from_a_projected_second_input_equal_counts_from_the_batches(late
   parts = [whole.slice(0, 2), whole.slice(2)]
 
   def rows(b):
-    return [(r["__key__"], r["n"], r[wr.WINDOW_FP]) for r in b.to_pylist()]
+    return [(r["__key__"], r["n"], r[stages.WINDOW_FP]) for r in b.to_pylist()]
 
   for name in ("single", "pair"):
     with test_pipeline.TestPipeline() as p:
@@ -167,7 +170,7 @@ def test_counts_from_a_projected_second_input_equal_counts_from_the_batches(late
       expected_kept = [("a", 2), ("b", 2), ("c", 1), ("e", 1)] if lateness is None \
           else [("c", 1), ("e", 1)]
       expected_fp = [(k, n, fingerprint.fingerprint_record(
-          {wr.WINDOW_START: s, wr.WINDOW_END: s + 3600, "n": n}))
+          {stages.WINDOW_START: s, stages.WINDOW_END: s + 3600, "n": n}))
           for k, n, s in [("a", 2, 0), ("b", 2, 0), ("c", 1, 3600), ("e", 1, 7200)]
           if (k, n) in expected_kept]
       assert_that(kept, equal_to(expected_fp))

@@ -2,7 +2,8 @@
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import csv_records
+from transforms.codec import csv_records
+from transforms.spec.dataset import rejected_row
 
 __all__ = ["ReadCsv", "REJECTED", "READ"]
 
@@ -38,17 +39,6 @@ class _ReadFileFn(beam.DoFn):
           yield beam.pvalue.TaggedOutput(REJECTED, rejected_row(path, line, raw, reason))
         if batch.num_rows:
           yield (index, block_no), batch
-
-
-def rejected_row(path, line, raw, reason):
-  """The dead-letter record: where the row was, its raw text and why it was rejected."""
-  row = {"file": path, "line": int(line), "raw": raw.decode("utf-8", "backslashreplace"),
-         "reason": reason}
-  try:
-    raw.decode("utf-8")
-  except UnicodeDecodeError:
-    row["raw_is_lossy"] = True  # undecodable bytes appear as \xNN escapes
-  return row
 
 
 class ReadCsv(beam.PTransform):

@@ -1,7 +1,7 @@
 """InferTypes: one pass over binary CSV batches -> the column types every value fits."""
 import apache_beam as beam
 
-from transforms import schema
+from transforms.spec import schema
 
 __all__ = ["InferTypes"]
 

@@ -16,18 +16,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import fingerprint, tfrecord
-from transforms.key_rows import FP, KEY, RAW_FP, SHARD
-from transforms.schema import ARROW_TYPES
+from transforms.spec import fingerprint
+from transforms.codec import tfrecord
+from transforms.spec.dataset import shard_name
+from transforms.spec.key import content_keys
+from transforms.spec.stages import INGEST_SHARD as SHARD, KEY, PARSE_FP as FP, RAW_FP
+from transforms.spec.schema import ARROW_TYPES
 
-__all__ = ["WriteShards", "shard_name", "FORMATS", "sort_shard"]
+__all__ = ["WriteShards", "sort_shard"]
 
-FORMATS = {"tfrecord": "tfrecord", "parquet": "parquet"}
 _SAMPLES = 5
-
-
-def shard_name(fmt, shard, num_shards):
-  return f"{fmt}/part-{shard:05d}-of-{num_shards:05d}.{FORMATS[fmt]}"
 
 
 def _join(*parts):
@@ -92,8 +90,7 @@ def sort_shard(table, content_key):
            "conflicting_keys": int(len(conflicting)),
            "samples": [keys[int(i)].as_py() for i in conflicting[:_SAMPLES]]}
   if content_key:
-    suffixed = pc.binary_join_element_wise(keys, pa.array(ordinal).cast(pa.large_string()),
-                                          pa.scalar(":", pa.large_string()))
+    suffixed = content_keys(keys, ordinal)
     table = table.set_column(table.schema.get_field_index(KEY), KEY, suffixed)
     stats = {"exact_duplicate_rows": stats["rows"], "exact_duplicate_keys": stats["keys"]}
   return table, stats

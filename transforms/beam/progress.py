@@ -10,7 +10,7 @@ import time
 
 import apache_beam as beam
 
-from transforms.arrow_coder import same_type
+from transforms.beam.arrow_coder import same_type
 
 __all__ = ["Progress", "stage_counts"]
 

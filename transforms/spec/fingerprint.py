@@ -1,7 +1,7 @@
 """The canonical record fingerprint (spec: docs/fingerprint.md) and its two codings.
 
 `fingerprint_batch` fingerprints every row of an Arrow RecordBatch/Table in one numba-compiled
-pass over its column buffers (transforms/xxh64.py; pipelines); `fingerprint_record`
+pass over its column buffers (codec/xxh64.py; pipelines); `fingerprint_record`
 fingerprints one dict record (the production logger). Both produce the same uint64 for the same values; tests/golden/fingerprint_vectors.json
 and a hypothesis test hold them together.
 
@@ -26,11 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from transforms.xxh64 import (KIND_BYTES, KIND_FLOAT, KIND_INT, KIND_LIST, KIND_MISSING,
+from transforms.codec.arrow_buffers import fixed_values, validity
+from transforms.codec.xxh64 import (KIND_BYTES, KIND_FLOAT, KIND_INT, KIND_LIST, KIND_MISSING,
                               KIND_NULL, hash_fields, prefix_state)
 
 __all__ = ["SALT", "fingerprint_batch", "fingerprint_fields", "fingerprint_record", "encode_record",
-           "combine_digest", "empty_digest", "add_digests", "MISSING", "validity", "fixed_values"]
+           "combine_digest", "empty_digest", "add_digests", "digest_hex", "parse_digest", "MISSING"]
 
 SALT = b"SKWTFP01"
 TAG_MISSING, TAG_NULL, TAG_INT, TAG_FLOAT, TAG_BYTES, TAG_LIST = range(6)
@@ -200,23 +201,6 @@ def _as_columns(batch):
   raise TypeError("fingerprint_batch takes a pyarrow RecordBatch or Table")
 
 
-def validity(arr):
-  """bool[n]: True where arr has a value, from the Arrow bitmap; None when it has no null."""
-  n = len(arr)
-  if arr.null_count == 0:
-    return None
-  bitmap = np.frombuffer(arr.buffers()[0], dtype=np.uint8)
-  return np.unpackbits(bitmap, bitorder="little")[arr.offset:arr.offset + n].view(np.bool_)
-
-
-def fixed_values(arr, typ, dtype=np.uint64):
-  """A fixed-width column's values cast to Arrow `typ`, as a `dtype` view of its data buffer:
-  zero-copy when no cast is needed, no fill (null slots hold whatever the buffer holds)."""
-  arr = arr.cast(typ) if arr.type != typ else arr
-  data = np.frombuffer(arr.buffers()[1], dtype=dtype)
-  return data[arr.offset:arr.offset + len(arr)]
-
-
 def _field_inputs(arr, n):
   """One field's kernel inputs: (kind, valid[n] | None (no null), words[n] | None,
   offsets[n+1] | None, data).
@@ -360,5 +344,13 @@ def add_digests(a, b):
 
 
 def digest_hex(d):
-  """The digest as one string: '<count>:<Σfp hex>:<Σmix hex>'."""
+  """The digest as one string: '<count>:<Σfp hex>:<Σmix hex>' (parse_digest reads it back)."""
   return f"{d['count']}:{d['sum']:016x}:{d['mixsum']:016x}"
+
+
+def parse_digest(text):
+  """The digest of a digest_hex string; ValueError when it is not one."""
+  parts = str(text).split(":")
+  if len(parts) != 3:
+    raise ValueError(f"not a digest: {text!r}")
+  return {"count": int(parts[0]), "sum": int(parts[1], 16), "mixsum": int(parts[2], 16)}

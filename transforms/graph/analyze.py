@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from transforms import fingerprint
+from transforms.spec import fingerprint
 
 __all__ = ["analyzer_outputs", "analyze_fingerprints"]
 

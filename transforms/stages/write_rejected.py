@@ -4,9 +4,9 @@ import json
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["WriteRejected", "REJECTED_PATH"]
+from transforms.spec.dataset import REJECTED_PATH
 
-REJECTED_PATH = "rejected/part-00000-of-00001.jsonl"
+__all__ = ["WriteRejected"]
 
 
 class _WriteFn(beam.DoFn):

@@ -3,9 +3,12 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from transforms import csv_records, fingerprint, schema
-from transforms.key_rows import RAW_FP
-from transforms.read_csv import REJECTED, rejected_row
+from transforms.codec import csv_records
+from transforms.spec import fingerprint
+from transforms.spec import schema
+from transforms.spec.dataset import rejected_row
+from transforms.spec.stages import PARSE, RAW_FP
+from transforms.stages.read_csv import REJECTED
 
 __all__ = ["TypeRows", "type_batch"]
 
@@ -39,8 +42,9 @@ def type_batch(batch, columns, paths, required=()):
       col = batch.column(name)
       for i in bad:
         reasons.setdefault(int(i), []).append(
-            f"key column {name!r} is missing" if typ is None else
-            f"column {name!r}: {col[int(i)].as_py().decode('utf-8')!r} is not {typ}")
+            PARSE.reason("key_missing", name=name) if typ is None else
+            PARSE.reason("not_type", name=name, text=col[int(i)].as_py().decode("utf-8"),
+                         type=typ))
     for i in sorted(reasons):
       rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py().rstrip(b"\r\n"),
                                    "; ".join(reasons[i])))

@@ -4,17 +4,22 @@ The per-record coding hashes with the `xxhash` package (the reference C library)
 kernel computes the same XXH64 (spec: github.com/Cyan4973/xxHash/blob/dev/doc/xxhash_spec.md)
 for every row of a batch in one compiled loop, streaming each row's canonical encoding
 straight from column buffers instead of materialising it. It relies on two properties of
-the fingerprint encoding (transforms/fingerprint.py): everything is a whole number of 8-byte
-little-endian words, and every row starts with the same header whose length is a multiple
-of 32 bytes, so the hash state after the header is computed once and shared.
+the fingerprint encoding (transforms/spec/fingerprint.py): everything is a whole number of
+8-byte little-endian words, and every row starts with the same header whose length is a
+multiple of 32 bytes, so the hash state after the header is computed once and shared.
 `xxh64_spans` is plain XXH64 (seed 0) of byte spans, e.g. the UTF-8 keys of an Arrow string
 column (the replay diff orders its samples by it).
 """
 import numba
 import numpy as np
 
-__all__ = ["prefix_state", "hash_fields", "xxh64_spans", "KIND_MISSING", "KIND_NULL", "KIND_INT", "KIND_FLOAT",
-           "KIND_BYTES", "KIND_LIST"]
+# The field kinds are kinds.py's, shared with the tf.Example codec; they stay importable from
+# here because transforms/spec/fingerprint.py imports them beside hash_fields.
+from transforms.codec.kinds import (KIND_BYTES, KIND_FLOAT, KIND_INT, KIND_LIST, KIND_MISSING,
+                                    KIND_NULL)
+
+__all__ = ["prefix_state", "hash_fields", "xxh64_spans", "KIND_MISSING", "KIND_NULL",
+           "KIND_INT", "KIND_FLOAT", "KIND_BYTES", "KIND_LIST"]
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -22,7 +27,6 @@ _P3 = np.uint64(0x165667B19E3779F9)
 _P4 = np.uint64(0x85EBCA77C2B2AE63)
 _U64 = (1 << 64) - 1
 _TAG_MISSING, _TAG_NULL, _TAG_INT, _TAG_FLOAT, _TAG_BYTES, _TAG_LIST = range(6)
-KIND_MISSING, KIND_NULL, KIND_INT, KIND_FLOAT, KIND_BYTES, KIND_LIST = range(6)
 _EXP = np.uint64(0x7FF0000000000000)
 _MANT = np.uint64(0x000FFFFFFFFFFFFF)
 _NAN = np.uint64(0x7FF8000000000000)
@@ -138,7 +142,7 @@ def hash_fields(state0, prefix_words, kinds, slots, valid, words, starts, bbuf, 
           for q in range(b1 - p):
             w |= np.uint64(bbuf[p + q]) << np.uint64(8 * q)
           s = _feed(s, w)
-      else:
+      else:  # KIND_LIST
         w0 = starts[slots[f], i]
         w1 = starts[slots[f], i + 1]
         s = _feed(s, np.uint64(_TAG_LIST))

@@ -1,15 +1,4 @@
-"""WriteFeatureLog: the feature log -- one row per record, every stage's fingerprint, by key bucket.
-
-Rows are partitioned into buckets by XXH64-fingerprint({__key__}, LOG_SEED) mod num_buckets
-(independent of any profile, so offline and production logs bucket alike) and written as
-feature_log/bucket-BBBBB-of-NNNNN.parquet, sorted by key. Columns (manifests/feature_log.schema.json):
-  key, event_time, window_start, window_end, shard_id, dropped_stage, drop_reason,
-  fp_raw, fp_parse, fp_window, fp_shard, fp_serialize, fp_transform   (uint64, null when the
-  record did not reach the stage), then per transformed feature F: fp__F (uint64) and value__F
-  (a scalar for one-value features, as tft.TFTransformOutput gives them; else the list).
-The bucket's transformed records also go to transformed/bucket-BBBBB-of-NNNNN.tfrecord (sorted
-by key). Each bucket yields its digests per stage (transforms/fingerprint.combine_digest of the
-stage fingerprints present), which the run metadata carries so a diff can skip equal buckets.
+"""WriteFeatureLog: the feature log (format: spec/feature_log.py) and transformed/, by key bucket.
 
 How it is written (the shape of Beam's WriteFiles): the records going into TFT have their stage
 columns written right there, one Arrow IPC "head" part file per bucket per batch (with
@@ -21,8 +10,9 @@ per bucket then reads its parts, lines the transformed values up with their stag
 pairing of them is the same), sorts the rows by key (ties by the stage fingerprints: the result
 does not depend on bundling) and writes the final files; the transformed values are
 fingerprinted there, over the bucket's values as the log holds them (the merges run two at a
-time). Part writing runs one batch ahead on worker threads and merges on a small thread pool
-(Arrow, Parquet and the numba kernels release the GIL); merge results are emitted in
+time). The bucket's transformed records also go to transformed/bucket-BBBBB-of-NNNNN.tfrecord
+(sorted by key). Part writing runs one batch ahead on worker threads and merges on a small
+thread pool (Arrow, Parquet and the numba kernels release the GIL); merge results are emitted in
 finish_bundle.
 """
 import concurrent.futures
@@ -36,86 +26,36 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from transforms import fingerprint, tfrecord
-from transforms.key_rows import FP, KEY, RAW_FP
-from transforms.ahead import AheadDoFn
-from transforms.serialize_records import SERIALIZE_FP
-from transforms.shard_records import SHARD_FP, SHARD_ID, key_hash
-from transforms.window_records import DROP_REASON, WINDOW_END, WINDOW_FP, WINDOW_START
+from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
+from transforms.beam.ahead import AheadDoFn
+from transforms.codec import tfrecord
+from transforms.spec import feature_log as log_format
+from transforms.spec import fingerprint
+from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED_STAGE,
+                                         EVENT_TIME, HEAD, KEY as LOG_KEY, SHARD_ID as LOG_SHARD_ID,
+                                         STAGE_COLUMNS, WINDOW_END as LOG_WINDOW_END,
+                                         WINDOW_START as LOG_WINDOW_START, bucket_path,
+                                         buckets_of, dictionary_columns, fp_column,
+                                         feature_fp_column, log_hash, passthrough_columns,
+                                         stage_digests, transformed_path, value_column)
+from transforms.spec.stages import (DROP_REASON, KEY, LOG_HASH, RAW, RAW_FP, RECORD_STAGES,
+                                    SHARD_ID, STAGES, TRANSFORM, WINDOW, WINDOW_END,
+                                    WINDOW_START)
 
-__all__ = ["WriteFeatureLog", "STAGES", "FP_STAGES", "RECORD_STAGES", "stage_digests", "LOG_SEED", "bucket_of",
-           "bucket_path", "bucket_glob", "passthrough_columns", "passthrough_types", "merge_bucket",
-           "dictionary_columns", "LOG_HASH", "log_hash", "with_log_hash"]
+__all__ = ["WriteFeatureLog", "merge_bucket", "with_log_hash"]
 
-STAGES = ("raw", "parse", "window", "shard", "serialize", "analyze", "transform")
-# The stages with a per-record fingerprint column fp_<stage> (analyze is per run).
-FP_STAGES = tuple(s for s in STAGES if s != "analyze")
-# The stages fingerprinted before TFT: a record whose fingerprint differs at one of them parts
-# there, whatever the tolerances.
-RECORD_STAGES = FP_STAGES[:-1]
-LOG_SEED = 0x5EED
-# Stage fingerprint columns in the stage batches (in-pipeline names) -> log column names.
-STAGE_COLUMNS = {"raw": RAW_FP, "parse": FP, "window": WINDOW_FP, "shard": SHARD_FP,
-                 "serialize": SERIALIZE_FP}
-_HEAD = ["key", "event_time", "window_start", "window_end", "shard_id", "dropped_stage",
-         "drop_reason"] + [f"fp_{s}" for s in STAGE_COLUMNS]
+_FP_RAW, _FP_TRANSFORM = fp_column(RAW.name), fp_column(TRANSFORM.name)
+# The stage columns the parts carry: all but fp_transform, which the merge computes.
+_HEAD = [name for name, _ in HEAD if name != _FP_TRANSFORM]
 _PARTS = "feature_log_parts"
-# XXH64-fingerprint({__key__}, LOG_SEED) of a record: its bucket is this mod num_buckets. The
-# transform output carries it (with the raw fingerprint) to line the record up with its stage
-# columns in the merge.
-LOG_HASH = "__log_hash__"
 _ONE_VALUE = b"skewtrace.one_value"  # field metadata of a part column stored flat
 _KIND = b"skewtrace.part"  # schema metadata of a part: b"head", b"kept" or b"dropped"
 _THREADS = 2
 
 
-def dictionary_columns(names):
-  """The log columns worth a Parquet dictionary: all but the key and the fp_<stage> columns,
-  which are unique to each record (their dictionary only costs: a 62k-row bucket writes in
-  30 ms instead of 42 and takes 6.3 MB instead of 6.8)."""
-  unique = {"key"} | {f"fp_{s}" for s in FP_STAGES}
-  return [n for n in names if n not in unique]
-
-
-def log_hash(keys):
-  """uint64[n]: each key's XXH64 fingerprint {__key__: key} with LOG_SEED."""
-  return key_hash(keys, LOG_SEED)
-
-
-def _buckets(hashes, num_buckets):
-  """int64[n]: the log bucket of each log hash."""
-  return (hashes % np.uint64(num_buckets)).astype(np.int64)
-
-
-def bucket_of(keys, num_buckets):
-  return _buckets(log_hash(keys), num_buckets)
-
-
 def with_log_hash(batch):
   """batch + LOG_HASH (uint64), the column the log's part writers bucket kept records by."""
   return batch.append_column(LOG_HASH, pa.array(log_hash(batch.column(KEY))))
-
-
-def bucket_path(bucket, num_buckets):
-  return f"feature_log/bucket-{bucket:05d}-of-{num_buckets:05d}.parquet"
-
-
-def bucket_glob(bucket, num_buckets):
-  """The glob of a bucket's files: bucket_path's file, or the parts a production logger wrote
-  (bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet); readers take a bucket's rows from it."""
-  return f"feature_log/bucket-{bucket:05d}-of-{num_buckets:05d}*.parquet"
-
-
-def passthrough_columns():
-  """{column: source column} the transform output must carry for the log: the log hash and
-  the raw fingerprint, by which the merge finds each transformed row's stage columns (written
-  before TFT): 16 bytes a record through TFT's materialised input instead of all of them."""
-  return {LOG_HASH: LOG_HASH, RAW_FP: RAW_FP}
-
-
-def passthrough_types():
-  """The Arrow types of passthrough_columns, as the stages produce them."""
-  return {LOG_HASH: pa.uint64(), RAW_FP: pa.int64()}
 
 
 def _as_uint64(column):
@@ -142,20 +82,21 @@ def _one_value(arr):
 def _head(batch, event_column, dropped):
   """The log's stage columns of a batch of dropped records or of records going into TFT."""
   n = batch.num_rows
-  cols = {"key": batch.column(KEY).cast(pa.string()),
-          "event_time": batch.column(event_column).cast(pa.int64())}
-  if dropped:
-    cols.update({"window_start": pa.nulls(n, pa.int64()), "window_end": pa.nulls(n, pa.int64()),
-                 "shard_id": pa.nulls(n, pa.int64()),
-                 "dropped_stage": pa.array(["window"] * n, pa.string()),
-                 "drop_reason": batch.column(DROP_REASON).cast(pa.string())})
+  cols = {LOG_KEY: batch.column(KEY).cast(pa.string()),
+          EVENT_TIME: batch.column(event_column).cast(pa.int64())}
+  if dropped:  # dropped records come from the window stage (parse drops stay in ingest)
+    cols.update({LOG_WINDOW_START: pa.nulls(n, pa.int64()),
+                 LOG_WINDOW_END: pa.nulls(n, pa.int64()), LOG_SHARD_ID: pa.nulls(n, pa.int64()),
+                 DROPPED_STAGE: pa.array([WINDOW.name] * n, pa.string()),
+                 LOG_DROP_REASON: batch.column(DROP_REASON).cast(pa.string())})
   else:
-    cols.update({"window_start": batch.column(WINDOW_START),
-                 "window_end": batch.column(WINDOW_END), "shard_id": batch.column(SHARD_ID),
-                 "dropped_stage": pa.nulls(n, pa.string()),
-                 "drop_reason": pa.nulls(n, pa.string())})
+    cols.update({LOG_WINDOW_START: batch.column(WINDOW_START),
+                 LOG_WINDOW_END: batch.column(WINDOW_END), LOG_SHARD_ID: batch.column(SHARD_ID),
+                 DROPPED_STAGE: pa.nulls(n, pa.string()),
+                 LOG_DROP_REASON: pa.nulls(n, pa.string())})
+  reached = STAGES[:STAGES.index(WINDOW.name)]  # what a record dropped at `window` reached
   for s, c in STAGE_COLUMNS.items():
-    cols[f"fp_{s}"] = (pa.nulls(n, pa.uint64()) if dropped and s not in ("raw", "parse")
+    cols[fp_column(s)] = (pa.nulls(n, pa.uint64()) if dropped and s not in reached
                        else _as_uint64(batch.column(c)))
   return cols
 
@@ -163,7 +104,7 @@ def _head(batch, event_column, dropped):
 def _write_parts(directory, num_buckets, table, hashes, kind):
   """The table's rows split by bucket (hashes mod num_buckets) into Arrow IPC part files of
   `kind`; returns [(bucket, part path)]."""
-  buckets = _buckets(hashes, num_buckets)
+  buckets = buckets_of(hashes, num_buckets)
   order = np.argsort(buckets, kind="stable")
   table = table.take(pa.array(order)).replace_schema_metadata({_KIND: kind})
   bounds = np.searchsorted(buckets[order], np.arange(num_buckets + 1))
@@ -220,13 +161,13 @@ class _WriteValuesPartsFn(AheadDoFn):
   def work(self, batch):
     if not batch.num_rows:
       return []
-    fields = [pa.field(LOG_HASH, pa.uint64()), pa.field("fp_raw", pa.uint64())]
+    fields = [pa.field(LOG_HASH, pa.uint64()), pa.field(_FP_RAW, pa.uint64())]
     arrays = [batch.column(LOG_HASH), _as_uint64(batch.column(RAW_FP))]
     names = sorted(n for n in batch.schema.names if n not in passthrough_columns())
     for name in names:
       flat = _one_value(batch.column(name))
       column = batch.column(name) if flat is None else flat
-      fields.append(pa.field(f"value__{name}", column.type,
+      fields.append(pa.field(value_column(name), column.type,
                              metadata=None if flat is None else {_ONE_VALUE: b"1"}))
       arrays.append(column)
     table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
@@ -261,7 +202,7 @@ def _feature_column(parts, name):
 # The log's row order: by key, ties by the stage fingerprints before TFT. Rows equal in all of
 # them are the same record through every stage, TFT's output included (equal fp_transform), so
 # which of them comes first never shows: the order does not depend on bundling.
-_ORDER = [("key", "ascending")] + [(f"fp_{s}", "ascending") for s in RECORD_STAGES]
+_ORDER = [(LOG_KEY, "ascending")] + [(fp_column(s), "ascending") for s in RECORD_STAGES]
 
 
 def _merged_log(heads, kept, dropped, bucket):
@@ -273,8 +214,7 @@ def _merged_log(heads, kept, dropped, bucket):
   -- rows equal in both are the same raw record, equal through every stage -- and the values
   are gathered in log order with one take (null for dropped rows). fp_transform and fp__F per
   feature F (sorted by name) are computed over the values as the log holds them."""
-  names = sorted(n[len("value__"):] for n in kept[0].schema.names if n.startswith("value__")) \
-      if kept else ([] if heads else None)
+  names = log_format.features_of(kept[0].schema.names) if kept else ([] if heads else None)
   rows = sum(t.num_rows for t in heads)
   got = sum(t.num_rows for t in kept)
   if rows != got:
@@ -284,11 +224,11 @@ def _merged_log(heads, kept, dropped, bucket):
   order = pc.sort_indices(head, _ORDER)
   cols = {c: head.column(c).take(order) for c in _HEAD}
   if names is None:
-    cols["fp_transform"] = pa.nulls(head.num_rows, pa.uint64())
+    cols[_FP_TRANSFORM] = pa.nulls(head.num_rows, pa.uint64())
     return pa.table(cols), None
   pairs = pa.table([pa.concat_arrays([c for t in part for c in t.column(name).chunks])
-                    for name, part in ((LOG_HASH, heads), (LOG_HASH, kept), ("fp_raw", heads),
-                                       ("fp_raw", kept))], names=["h", "v", "hr", "vr"])
+                    for name, part in ((LOG_HASH, heads), (LOG_HASH, kept), (_FP_RAW, heads),
+                                       (_FP_RAW, kept))], names=["h", "v", "hr", "vr"])
   by_head = pc.sort_indices(pairs.select(["h", "hr"]), [("h", "ascending"), ("hr", "ascending")])
   by_value = pc.sort_indices(pairs.select(["v", "vr"]), [("v", "ascending"), ("vr", "ascending")])
   if not all(pairs.column(a).take(by_head).equals(pairs.column(b).take(by_value))
@@ -300,20 +240,20 @@ def _merged_log(heads, kept, dropped, bucket):
   source = source[order.to_numpy()]
   absent = source < 0
   mask = absent if absent.any() else None
-  values = pa.table([_feature_column(kept, "value__" + n) for n in names], names=names).take(
+  values = pa.table([_feature_column(kept, value_column(n)) for n in names], names=names).take(
       pa.array(source, mask=mask))
   record_fp, feature_fps = fingerprint.fingerprint_fields(values)
-  cols["fp_transform"] = pa.array(record_fp, mask=mask)
+  cols[_FP_TRANSFORM] = pa.array(record_fp, mask=mask)
   for n in names:
-    cols[f"fp__{n}"] = pa.array(feature_fps[n], mask=mask)
-    cols[f"value__{n}"] = values.column(n)
+    cols[feature_fp_column(n)] = pa.array(feature_fps[n], mask=mask)
+    cols[value_column(n)] = values.column(n)
   log = pa.table(cols)
-  keys = log.column("key")
+  keys = log.column(LOG_KEY)
   if len(keys) > 1 and pc.any(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
     # A key seen twice: rows tied on every _ORDER column are the same record, and a
     # deterministic preprocessing_fn gives them equal values; fp_transform breaks the tie
     # anyway, so their order never follows TFT's output order.
-    log = log.take(pc.sort_indices(log, _ORDER + [("fp_transform", "ascending")]))
+    log = log.take(pc.sort_indices(log, _ORDER + [(_FP_TRANSFORM, "ascending")]))
   return log, names
 
 
@@ -337,26 +277,19 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths):
     f.write(memoryview(sink.getvalue()))
   digests = {s: fingerprint.digest_hex(d) for s, d in stage_digests(log).items()}
   return {"bucket": bucket, "path": path, "rows": log.num_rows,
-          "dropped": log.num_rows - log.column("dropped_stage").null_count, "digests": digests}
-
-
-def stage_digests(log):
-  """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage:
-  the per-bucket digests run metadata carry and the diff compares to skip equal buckets."""
-  return {s: fingerprint.combine_digest(log.column(f"fp_{s}").drop_null().to_numpy())
-          for s in FP_STAGES}
+          "dropped": log.num_rows - log.column(DROPPED_STAGE).null_count, "digests": digests}
 
 
 def _write_transformed(temp_dir, num_buckets, bucket, log, names):
   """The bucket's transformed records (its kept rows, by key) as tf.Examples."""
-  kept = log.filter(log.column("dropped_stage").is_null())
+  kept = log.filter(log.column(DROPPED_STAGE).is_null())
   for name in names:
-    if not _is_flat(kept.column(f"value__{name}").type):
+    if not _is_flat(kept.column(value_column(name)).type):
       raise ValueError(f"transformed feature {name!r} has several values per record; "
                        "only one-value features are written to transformed/")
-  table = pa.table([kept.column("key")] + [kept.column(f"value__{n}") for n in names],
+  table = pa.table([kept.column(LOG_KEY)] + [kept.column(value_column(n)) for n in names],
                    names=[KEY] + names)
-  path = f"transformed/bucket-{bucket:05d}-of-{num_buckets:05d}.tfrecord"
+  path = transformed_path(bucket, num_buckets)
   with FileSystems.create(FileSystems.join(temp_dir, path)) as f:
     f.write(memoryview(tfrecord.encode_tfrecord(table.combine_chunks())))
 

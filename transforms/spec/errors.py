@@ -1,0 +1,18 @@
+"""The error types every layer raises, each carrying its exit code; the jobs' wrapper
+(pipelines/common.main_wrapper) catches them in one place and prints one line."""
+
+__all__ = ["UsageError", "DataError", "HelpRequested"]
+
+
+class UsageError(Exception):
+  """Bad flags or input: a clear message and exit code 2."""
+  exit_code = 2
+
+
+class HelpRequested(Exception):
+  """--help was asked for: the text is printed on stdout and the job exits 0."""
+  exit_code = 0
+
+
+class DataError(UsageError):
+  """Input data that cannot be accepted (e.g. too many rejected rows): exit code 2."""

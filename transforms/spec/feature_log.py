@@ -1,0 +1,156 @@
+"""The feature-log format: one row per record, every stage's fingerprint, split by key bucket.
+
+Rows are partitioned into buckets by XXH64-fingerprint({__key__}, LOG_SEED) mod num_buckets
+(independent of any profile, so offline and production logs bucket alike). The job writes a
+bucket as feature_log/bucket-BBBBB-of-NNNNN.parquet, the production logger as parts
+feature_log/bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet; readers take a bucket's rows from
+bucket_glob. Columns (manifests/feature_log.schema.json): HEAD (key, event time, window, shard,
+drop stage and reason, fp_<stage> for every FP_STAGES stage), then per transformed feature F:
+fp__F (uint64) and value__F (a scalar for one-value features, as tft.TFTransformOutput gives
+them; else the list). Each bucket's digests per stage (fingerprint.combine_digest of the stage
+fingerprints present) go to the run metadata, so a diff can skip equal buckets.
+
+Column names are built and read only here: fp_column / value_column / feature_fp_column, and
+feature_of / stage_of to read a name back.
+"""
+import re
+
+import numpy as np
+import pyarrow as pa
+
+from transforms.spec import fingerprint
+from transforms.spec.key import key_hash
+from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
+
+__all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
+           "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON", "HEAD",
+           "STAGE_COLUMNS", "fp_column", "value_column", "feature_fp_column", "feature_of",
+           "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns", "log_hash", "bucket_of",
+           "buckets_of", "bucket_path", "bucket_glob", "part_path", "is_part_file",
+           "transformed_path", "passthrough_columns", "passthrough_types", "stage_digests"]
+
+LOG_DIR, TRANSFORMED_DIR, TRANSFORM_FN_DIR = "feature_log", "transformed", "transform_fn"
+LOG_SEED = 0x5EED
+KEY, EVENT_TIME, WINDOW_START, WINDOW_END, SHARD_ID = (
+    "key", "event_time", "window_start", "window_end", "shard_id")
+DROPPED_STAGE, DROP_REASON = "dropped_stage", "drop_reason"
+_FP, _VALUE, _FEATURE_FP = "fp_", "value__", "fp__"
+
+
+def fp_column(stage):
+  """The log column of a stage's per-record fingerprint: fp_<stage>."""
+  return _FP + stage
+
+
+def value_column(feature):
+  """The log column of a transformed feature's value: value__<feature>."""
+  return _VALUE + feature
+
+
+def feature_fp_column(feature):
+  """The log column of a transformed feature's own fingerprint: fp__<feature>."""
+  return _FEATURE_FP + feature
+
+
+def is_value_column(name):
+  return name.startswith(_VALUE)
+
+
+def is_feature_fp_column(name):
+  return name.startswith(_FEATURE_FP)
+
+
+def feature_of(name):
+  """The feature of a value__F or fp__F column; None for any other column."""
+  for prefix in (_VALUE, _FEATURE_FP):
+    if name.startswith(prefix):
+      return name[len(prefix):]
+  return None
+
+
+def features_of(names):
+  """The sorted transformed features of a log's column names (from its value__F columns)."""
+  return sorted(feature_of(n) for n in names if is_value_column(n))
+
+
+# The stage columns every log row has, in order, with their Arrow types.
+HEAD = ([(KEY, pa.string()), (EVENT_TIME, pa.int64()), (WINDOW_START, pa.int64()),
+         (WINDOW_END, pa.int64()), (SHARD_ID, pa.int64()), (DROPPED_STAGE, pa.string()),
+         (DROP_REASON, pa.string())] + [(fp_column(s), pa.uint64()) for s in FP_STAGES])
+# Each stage fingerprinted before TFT -> the in-pipeline column of its fingerprint.
+STAGE_COLUMNS = {s.name: s.column for s in RULES if s.column is not None}
+
+
+def dictionary_columns(names):
+  """The log columns worth a Parquet dictionary: all but the key and the fp_<stage> columns,
+  which are unique to each record (their dictionary only costs: a 62k-row bucket writes in
+  30 ms instead of 42 and takes 6.3 MB instead of 6.8)."""
+  unique = {KEY} | {fp_column(s) for s in FP_STAGES}
+  return [n for n in names if n not in unique]
+
+
+def log_hash(keys):
+  """uint64[n]: each key's XXH64 fingerprint {__key__: key} with LOG_SEED."""
+  return key_hash(keys, LOG_SEED)
+
+
+def buckets_of(hashes, num_buckets):
+  """int64[n]: the log bucket of each log hash."""
+  return (hashes % np.uint64(num_buckets)).astype(np.int64)
+
+
+def bucket_of(keys, num_buckets):
+  """int64[n]: the log bucket of each key."""
+  return buckets_of(log_hash(keys), num_buckets)
+
+
+def _bucket_stem(bucket, num_buckets):
+  return f"{LOG_DIR}/bucket-{bucket:05d}-of-{num_buckets:05d}"
+
+
+def bucket_path(bucket, num_buckets):
+  """The job's file of a bucket (relative to the run's folder)."""
+  return _bucket_stem(bucket, num_buckets) + ".parquet"
+
+
+def part_path(bucket, num_buckets, part):
+  """A production logger's part of a bucket (relative to the log's folder)."""
+  return f"{_bucket_stem(bucket, num_buckets)}-part-{part:06d}.parquet"
+
+
+_PART = re.compile(r"^bucket-\d{5}-of-\d{5}-part-\d{6}\.parquet$")
+
+
+def is_part_file(name):
+  """Whether a file name in LOG_DIR is a logger's part file."""
+  return bool(_PART.match(name))
+
+
+def bucket_glob(bucket, num_buckets):
+  """The glob of a bucket's files: bucket_path's file, or the parts a production logger wrote;
+  readers take a bucket's rows from it."""
+  return _bucket_stem(bucket, num_buckets) + "*.parquet"
+
+
+def transformed_path(bucket, num_buckets):
+  """The bucket's transformed records (tf.Examples), relative to the run's folder."""
+  return f"{TRANSFORMED_DIR}/bucket-{bucket:05d}-of-{num_buckets:05d}.tfrecord"
+
+
+def passthrough_columns():
+  """{column: source column} the transform output must carry for the log: the log hash and
+  the raw fingerprint, by which the merge finds each transformed row's stage columns (written
+  before TFT): 16 bytes a record through TFT's materialised input instead of all of them."""
+  return {LOG_HASH: LOG_HASH, RAW_FP: RAW_FP}
+
+
+def passthrough_types():
+  """The Arrow types of passthrough_columns, as the stages produce them."""
+  return {LOG_HASH: pa.uint64(), RAW_FP: pa.int64()}
+
+
+def stage_digests(log):
+  """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage:
+  the per-bucket digests run metadata carry and the diff compares to skip equal buckets."""
+  return {s: fingerprint.combine_digest(log.column(fp_column(s)).drop_null().to_numpy())
+          for s in FP_STAGES}

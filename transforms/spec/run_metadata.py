@@ -1,0 +1,85 @@
+"""The run-metadata format: run_metadata.json beside a feature log, written by pipelines.features
+and by the production logger, read by the diff, the logger (to resume) and the nightly check.
+
+One builder (document), one serialisation (dump) and one reader (load, validated against
+manifests/run_metadata.schema.json) for all of them.
+"""
+import importlib.metadata
+import json
+import platform
+
+import jsonschema
+
+import manifests
+from transforms.spec.errors import UsageError
+from transforms.spec.feature_log import LOG_SEED
+from transforms.spec.stages import STAGES
+
+__all__ = ["FORMAT", "FILE", "document", "dump", "load", "versions"]
+
+FORMAT = "skewtrace.features/1"
+FILE = "run_metadata.json"
+
+
+def versions():
+  """The versions a run records: Python and every library that takes part in a stage."""
+  def v(dist):
+    try:
+      return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+      return "not installed"
+  return {"python": platform.python_version(), "beam": v("apache-beam"),
+          "tft": v("tensorflow-transform"), "tf": v("tensorflow"), "pyarrow": v("pyarrow"),
+          "tfx_bsl": v("tfx-bsl"), "skewtrace": v("skewtrace")}
+
+
+def document(*, profile, transform_module, input_dir, content_digest, key_columns, columns,
+             aggregates, runner, analyze, num_buckets, buckets, versions_=None):
+  """The run metadata of a feature log. columns: [(name, type)]; buckets: the per-bucket
+  entries (bucket, path, rows, dropped, digests, and a logger's parts); versions_: default
+  versions(). The logger adds its own sections (log.parts, pii) to what this returns."""
+  doc = {
+      "format": FORMAT,
+      "profile": profile.to_dict(),
+      "transform_module": transform_module,
+      "input": {"dir": input_dir, "content_digest": content_digest,
+                "key_columns": list(key_columns)},
+      "schema": {"columns": [{"name": n, "type": t} for n, t in columns],
+                 "aggregates": list(aggregates)},
+      "versions": versions() if versions_ is None else versions_,
+      "runner": runner,
+      "stages": list(STAGES),
+      "analyze": analyze,
+      "log": {"num_buckets": num_buckets, "seed": LOG_SEED,
+              "rows": sum(b["rows"] for b in buckets), "buckets": list(buckets)},
+  }
+  return doc
+
+
+def dump(doc):
+  """The file's bytes: sorted keys, two-space indent, a final newline."""
+  return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def load(data, where):
+  """The run metadata parsed from `data` (bytes or str) and checked against its JSON Schema;
+  UsageError naming `where` and what is wrong, in one line."""
+  try:
+    doc = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise UsageError(f"{where}: not valid JSON ({e})") from None
+  if not isinstance(doc, dict):
+    raise UsageError(f"{where}: not a run metadata object")
+  if doc.get("format") != FORMAT:
+    raise UsageError(f"{where}: format {doc.get('format')!r}, this version reads {FORMAT}")
+  error = jsonschema.exceptions.best_match(
+      jsonschema.Draft202012Validator(manifests.schema(manifests.RUN_METADATA)).iter_errors(doc))
+  if error is not None:
+    path = [str(p) for p in error.absolute_path]
+    if error.validator == "required" and isinstance(error.instance, dict):
+      path += [next(p for p in error.validator_value if p not in error.instance)]
+      message = "missing"
+    else:
+      message = error.message.splitlines()[0][:200]
+    raise UsageError(f"{where}: {'.'.join(path) or 'the document'}: {message}")
+  return doc

@@ -1,0 +1,51 @@
+"""TransformRecords: TF Transform (analyze + transform) over RecordBatches, columns passed through.
+
+Input batches hold flat columns (one value or null per record); they are fed to
+tft_beam.AnalyzeAndTransformDataset as one-value list columns with a TFXIO TensorAdapterConfig
+(a VarLenSparse tensor per feature, as TFXIO gives a one-value TFMD feature). The `passthrough`
+columns (for the feature log: the record's log hash and raw fingerprint) ride along as one TFT
+passthrough column, hidden from preprocessing_fn: TFT hands them back row-aligned with its
+output. Output: RecordBatches of the transformed features (as TFT emits them: one list per
+feature) plus the passthrough columns (flat again), and the transform_fn. Must run inside a
+tft_beam.Context whose passthrough_keys are passthrough_keys(passthrough).
+"""
+import apache_beam as beam
+import pyarrow as pa
+import tensorflow_transform.beam as tft_beam
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx_bsl.public import tfxio
+
+from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
+from transforms.graph.feed import from_tft, to_tft_batch
+
+
+__all__ = ["TransformRecords"]
+
+
+class TransformRecords(beam.PTransform):
+  """RecordBatches (flat feature columns) -> (transformed batches, transform_fn).
+
+  Must run inside a tft_beam.Context; `arrow_schema` is the schema to_tft_batch produces (with
+  the same passthrough columns).
+  """
+
+  def __init__(self, preprocessing_fn, feature_columns, arrow_schema, passthrough=None):
+    super().__init__()
+    self._fn = preprocessing_fn
+    self._features = list(feature_columns)
+    self._arrow_schema = arrow_schema
+    self._passthrough = dict(passthrough or {})
+
+  def expand(self, batches):
+    reps = {name: schema_pb2.TensorRepresentation(
+        varlen_sparse_tensor=schema_pb2.TensorRepresentation.VarLenSparseTensor(
+            column_name=name)) for name in self._features}
+    adapter = tfxio.TensorAdapterConfig(self._arrow_schema, reps)
+    tft_batches = batches | "ToTftBatches" >> beam.Map(
+        to_tft_batch, self._features, self._passthrough).with_output_types(pa.RecordBatch)
+    (transformed, _), transform_fn = (
+        (tft_batches, adapter)
+        | "AnalyzeAndTransform" >> tft_beam.AnalyzeAndTransformDataset(
+            self._fn, output_record_batches=True))
+    return (transformed | "UnpackPassthrough" >> beam.Map(from_tft).with_output_types(
+        pa.RecordBatch)), transform_fn

@@ -1,0 +1,121 @@
+"""WindowRecords: the `window` stage on RecordBatches -- event-time windows, late-record drops and
+windowed aggregates, by the rule of spec/window.py (the windows, the drops and their reasons,
+the counts and their join, the stage's fingerprint).
+"""
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from transforms.beam.ahead import AheadDoFn
+from transforms.beam.arrow_coder import TableCoder
+from transforms.spec.window import (assign_windows, join_counts, sum_counts, window_counts,
+                                    window_fingerprints)
+
+__all__ = ["WindowRecords", "SumCounts", "DROPPED"]
+
+DROPPED = "dropped"  # the tag of the dropped records' output
+
+
+class SumCounts(beam.CombineFn):
+  """Partial counts tables -> their sum (a CombineFn, so it scales as a combiner lifts). The
+  tables travel as Arrow IPC (transforms/beam/arrow_coder.TableCoder), never pickled."""
+
+  def create_accumulator(self):
+    return []
+
+  def add_input(self, acc, table):
+    acc.append(table)
+    return [sum_counts(acc)] if len(acc) >= 32 else acc
+
+  def merge_accumulators(self, accumulators):
+    return [sum_counts([t for acc in accumulators for t in acc])]
+
+  def extract_output(self, acc):
+    return sum_counts(acc, ordered=True)
+
+  def get_accumulator_coder(self):
+    return beam.coders.ListCoder(TableCoder())
+
+
+class _AssignFn(beam.DoFn):
+
+  def __init__(self, event_column, profile):
+    self._event_column = event_column
+    self._profile = profile
+
+  def process(self, batch, watermark=None):
+    kept, dropped = assign_windows(batch, self._event_column, self._profile, watermark)
+    if dropped.num_rows:
+      yield beam.pvalue.TaggedOutput(DROPPED, dropped)
+    if kept.num_rows:
+      yield kept
+
+
+class _JoinFn(AheadDoFn):
+  """Joins the counts one batch ahead (Acero joins and the fingerprint kernel release the GIL),
+  overlapping the stages after it (TFT's analysis) on the previous batch."""
+
+  def __init__(self, aggregates):
+    self._aggregates = aggregates
+
+  def work(self, batch, **counts):
+    for agg in self._aggregates:
+      batch = join_counts(batch, agg["group_by"], agg["name"], counts[agg["name"]])
+    yield window_fingerprints(batch, [agg["name"] for agg in self._aggregates])
+
+
+def _kept_only(batch, event_column, profile, watermark=None):
+  kept, _ = assign_windows(batch, event_column, profile, watermark)
+  return kept
+
+
+class WindowRecords(beam.PTransform):
+  """RecordBatches -> windowed batches with aggregates and __window_fp__; DROPPED tagged.
+
+  Input: a PCollection of batches, or a pair (batches, count_batches) where count_batches
+  hold the same records' event-time and group-by columns (a column-projected second read of
+  the input). With the pair, the watermark and the aggregates come from count_batches, so
+  the full batches stream through assign -> join (and on, fused with the stages after) without
+  being materialised to wait for the counts side input.
+  """
+
+  def __init__(self, event_column, aggregates, profile):
+    super().__init__()
+    self._event_column = event_column
+    self._aggregates = list(aggregates)
+    self._profile = profile
+
+  def expand(self, pcolls):
+    batches, count_batches = pcolls if isinstance(pcolls, tuple) else (pcolls, None)
+    for agg in self._aggregates:
+      if agg.get("fn") != "count":
+        raise ValueError(f"aggregate {agg.get('name')!r}: only fn 'count' is supported")
+    timing = batches if count_batches is None else count_batches
+    if self._profile.allowed_lateness is None:  # no record can be late: no watermark needed
+      watermark = None
+    else:
+      watermark = beam.pvalue.AsSingleton(
+          timing
+          | "EventTimeMax" >> beam.Map(
+              lambda b, c=self._event_column: pc.max(b.column(c)).as_py())
+          | "Watermark" >> beam.CombineGlobally(
+              lambda vs: max((v for v in vs if v is not None), default=None)))
+    assigned = batches | "Assign" >> beam.ParDo(
+        _AssignFn(self._event_column, self._profile), watermark).with_output_types(
+            pa.RecordBatch).with_outputs(DROPPED, main="kept")
+    if count_batches is None:
+      counted = assigned.kept
+    else:
+      counted = count_batches | "AssignForCounts" >> beam.Map(
+          _kept_only, self._event_column, self._profile, watermark).with_output_types(
+              pa.RecordBatch)
+    counts = {}
+    for i, agg in enumerate(self._aggregates):
+      counts[agg["name"]] = beam.pvalue.AsSingleton(
+          counted
+          | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile,
+                                            ordered=False).with_output_types(pa.Table)
+          | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()).with_output_types(pa.Table))
+    joined = assigned.kept | "JoinAggregates" >> beam.ParDo(
+        _JoinFn(self._aggregates), **counts).with_output_types(pa.RecordBatch)
+    return {"kept": joined, DROPPED: assigned[DROPPED]}
