@@ -37,9 +37,12 @@ setuptools.setup(
     name="skewtrace",
     version="0.1.0",
     description="Stage-by-stage fingerprints and diffs of offline vs production ML features.",
+    # manifests ships its JSON Schemas (package data, read through importlib.resources); its
+    # deploy/ folder (no __init__.py) and tests/, bench/ stay out. The Dataflow image copies each
+    # of these top-level folders (tests/test_wheel.py checks manifests/deploy/dataflow/Dockerfile).
     packages=setuptools.find_packages(include=["transforms", "transforms.*", "pipelines",
-                                               "pipelines.*", "replay", "replay.*"]),
-    package_data={"": ["*.json"]},
+                                               "pipelines.*", "replay", "replay.*", "manifests"]),
+    package_data={"manifests": ["*.schema.json"]},
     python_requires=">=3.11,<3.12",
     install_requires=REQUIRED,
     extras_require={"test": TEST, "bench": TEST + BENCH},

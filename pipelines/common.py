@@ -1,6 +1,7 @@
 """What every job shares: strict flag parsing, the exit-code wrapper; the error types
 (transforms/spec/errors.py) and versions (transforms/spec/run_metadata.py) re-exported."""
 import argparse
+import dataclasses
 import logging
 import sys
 
@@ -11,7 +12,8 @@ from transforms.spec.errors import DataError, HelpRequested, UsageError
 from transforms.spec.run_metadata import versions
 
 __all__ = ["UsageError", "DataError", "HelpRequested", "OutputOptions", "JobOptions",
-           "parse_options", "job_options", "job_help", "versions", "main_wrapper"]
+           "parse_options", "job_options", "job_help", "versions", "main_wrapper", "flag_names",
+           "flags_type", "flags_of"]
 
 
 class OutputOptions(PipelineOptions):
@@ -100,6 +102,38 @@ def job_options(argv, options_class, save_main_session, prog=None):
   options = parse_options(argv, [options_class, OutputOptions])
   options.view_as(pipeline_options.SetupOptions).save_main_session = save_main_session
   return options, options.view_as(options_class), options.view_as(OutputOptions)
+
+
+def flag_names(options_class):
+  """The flag names (without --) an options class defines, in definition order."""
+  parser = argparse.ArgumentParser(add_help=False)
+  options_class._add_argparse_args(parser)  # pylint: disable=protected-access
+  return [a.dest for a in parser._actions]  # pylint: disable=protected-access
+
+
+def flags_type(name, options_class, module):
+  """A frozen dataclass with one field per flag of options_class and of OutputOptions: a job's
+  arguments as a value (what run_job takes), so other jobs compose them (replay.rerun, the
+  nightly check) instead of writing argv strings. The flag list stays the options class's."""
+  cls = dataclasses.make_dataclass(
+      name, flag_names(options_class) + flag_names(OutputOptions), frozen=True)
+  cls.__module__ = module  # pickled by reference, as a class written in `module` would be
+  cls.__doc__ = f"The flags of {options_class.__name__} and OutputOptions, as one value."
+  return cls
+
+
+def flags_of(flags_class, options, options_class, **overrides):
+  """flags_class's value from the parsed options' views (each flag's default included), with
+  `overrides` (flag name -> value) in place of the parsed ones."""
+  views = (options.view_as(options_class), options.view_as(OutputOptions))
+  values = {}
+  for field in dataclasses.fields(flags_class):
+    if field.name in overrides:
+      values[field.name] = overrides[field.name]
+    else:
+      values[field.name] = next(getattr(v, field.name) for v in views
+                                if field.name in flag_names(type(v)))
+  return flags_class(**values)
 
 
 def main_wrapper(run):

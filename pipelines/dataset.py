@@ -158,9 +158,9 @@ def _duplicates(shards, content_key):
           "conflicting_samples": samples}
 
 
-def publish(plan, options, versions):
+def publish(plan, versions):
   """Moves the run's files from its temp folder into place; writes the manifest last."""
-  out, temp = plan["output_dir"], plan["temp_dir"]
+  out, temp, options = plan.output_dir, plan.temp_dir, plan.recorded
   with FileSystems.open(_join(temp, RESULTS), compression_type="uncompressed") as f:
     results = json.loads(f.read().decode("utf-8"))
   shards = results["shards"]
@@ -189,18 +189,18 @@ def publish(plan, options, versions):
   manifest = {
       "format": MANIFEST_FORMAT,
       "rows": {"read": read, "written": written, "rejected": rejected},
-      "num_shards": plan["num_shards"],
+      "num_shards": plan.num_shards,
       "shards": files,
       "shard_rows": {"min": min(rows), "max": max(rows)},
       "content_digest": fingerprint.digest_hex(content),
       "fingerprint": {"spec": fingerprint.SALT.decode("ascii"), "hash": "xxh64", "seed": 0},
-      "schema": dict(plan["schema_info"], columns=[{"name": n, "type": t} for n, t in columns],
+      "schema": dict(plan.schema_info, columns=[{"name": n, "type": t} for n, t in columns],
                      file=_file_entry(out, SCHEMA_FILE)),
-      "key_columns": plan["key_columns"],
-      "key": "columns" if plan["key_columns"] else "content",
-      "duplicates": _duplicates(shards, not plan["key_columns"]),
+      "key_columns": list(plan.key_columns),
+      "key": "columns" if plan.key_columns else "content",
+      "duplicates": _duplicates(shards, not plan.key_columns),
       "rejected": dict(_file_entry(out, REJECTED_PATH), rows=rejected),
-      "inputs": plan["inputs"],
+      "inputs": list(plan.inputs),
       "versions": versions,
       "options": options,
   }

@@ -12,6 +12,7 @@ Stages, in order (names as in logs and reports): raw and parse (carried from ing
 DIR/transformed/ (tf.Example TFRecord), DIR/feature_log/*.parquet and DIR/run_metadata.json.
 """
 import concurrent.futures
+import dataclasses
 import importlib
 import json
 import time
@@ -37,7 +38,8 @@ from transforms.stages.transform_records import TransformRecords
 from transforms.stages.window_records import DROPPED, WindowRecords
 from transforms.stages.write_feature_log import WriteFeatureLog, with_log_hash
 
-__all__ = ["FeaturesOptions", "build_pipeline", "load_profile_and_module", "run"]
+__all__ = ["FeaturesOptions", "FeaturesFlags", "FeaturesPlan", "plan_features", "build_pipeline",
+           "load_profile_and_module", "run_job", "run"]
 
 LOG_INFO = "_log.json"  # the buckets' infos, in the run's temp folder
 
@@ -56,6 +58,22 @@ class FeaturesOptions(PipelineOptions):
     # --output_dir and --overwrite: common.OutputOptions.
 
 
+FeaturesFlags = common.flags_type("FeaturesFlags", FeaturesOptions, __name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeaturesPlan:
+  """What a features run does, checked before anything is written (plan_features)."""
+  input_dir: str
+  output_dir: str
+  profile: profiles.Profile
+  module: object         # the feature module
+  columns: tuple         # the dataset's ((name, type), ...)
+  aggregates: tuple      # the windowed aggregates' names
+  manifest: dict         # the input dataset's manifest
+  log_buckets: int
+
+
 def _verified(input_dir, verifying):
   """Waits for the input verification; UsageError when the dataset does not verify."""
   problems = verifying.result()  # verify itself raises UsageError for no dataset at all
@@ -63,14 +81,14 @@ def _verified(input_dir, verifying):
     raise common.UsageError(f"--input_dir {input_dir} does not verify: {problems[0]}")
 
 
-def _plan(opts, out_opts, pool):
-  """The run's plan. The input's verification (it decodes every shard) starts here on `pool`,
-  after the cheap flag checks, and overlaps building the pipeline; run() waits for it before
-  anything runs or is written.
+def plan_features(opts, pool):
+  """(FeaturesPlan, the input's verification) for FeaturesFlags `opts`. The verification (it
+  decodes every shard) starts here on `pool`, after the cheap flag checks, and overlaps building
+  the pipeline; run_job waits for it before anything runs or is written.
   Any problem found with the input while planning reports the verification's finding first."""
   if not opts.input_dir:
     raise common.UsageError("--input_dir is required")
-  if not out_opts.output_dir:
+  if not opts.output_dir:
     raise common.UsageError("--output_dir is required")
   if not opts.profile:
     raise common.UsageError("--profile is required")
@@ -79,12 +97,13 @@ def _plan(opts, out_opts, pool):
   prof, module = load_profile_and_module(opts.profile, opts.transform_module)
   verifying = pool.submit(verify.verify, opts.input_dir)
   try:
-    plan = _dataset_plan(opts, module)
+    manifest, columns, aggregates = _dataset_plan(opts, module)
   except (common.UsageError, KeyError, TypeError, ValueError, OSError):
     _verified(opts.input_dir, verifying)
     raise
-  return dict(plan, profile=prof, module=module, output_dir=out_opts.output_dir,
-              log_buckets=opts.log_buckets, verifying=verifying)
+  return FeaturesPlan(input_dir=opts.input_dir, output_dir=opts.output_dir, profile=prof,
+                      module=module, columns=tuple(columns), aggregates=tuple(aggregates),
+                      manifest=manifest, log_buckets=opts.log_buckets), verifying
 
 
 def load_profile_and_module(profile_path, module_name):
@@ -137,8 +156,7 @@ def _dataset_plan(opts, module):
                             f"{opts.transform_module} needs")
   _check_key_columns(module, opts.transform_module, list(manifest["key_columns"]))
   aggregates = [a["name"] for a in module.WINDOWED_AGGREGATES]
-  return {"columns": columns, "manifest": manifest, "aggregates": aggregates,
-          "input_dir": opts.input_dir}
+  return manifest, columns, aggregates
 
 
 class _ShardsTFXIO(ParquetTFXIO):
@@ -172,18 +190,18 @@ def build_pipeline(plan, options, temp_dir):
   fingerprint through (passthrough), its transform output is written beside, and the feature
   log's merge lines the two up: only part-file paths are shuffled (transforms/feature_log.py).
   """
-  prof = plan["profile"]
-  module = plan["module"]
+  prof = plan.profile
+  module = plan.module
   event = module.EVENT_TIME_COLUMN
-  value_columns = stage_value_columns([n for n, _ in plan["columns"]], plan["aggregates"])
+  value_columns = stage_value_columns([n for n, _ in plan.columns], plan.aggregates)
   passthrough = feature_log.passthrough_columns()
-  arrow_types = {n: schema.ARROW_TYPES[t] for n, t in plan["columns"]}
+  arrow_types = {n: schema.ARROW_TYPES[t] for n, t in plan.columns}
   empty = {n: pa.array([], arrow_types.get(n, pa.int64())) for n in value_columns}
   for name, typ in feature_log.passthrough_types().items():
     empty[passthrough[name]] = pa.array([], typ)
   tft_schema = to_tft_batch(pa.record_batch(empty), value_columns, passthrough).schema
   p = beam.Pipeline(options=options)
-  pattern = FileSystems.join(plan["input_dir"], "parquet", "*.parquet")
+  pattern = FileSystems.join(plan.input_dir, "parquet", "*.parquet")
   batches = p | "ReadShards" >> _ShardsTFXIO(
       pattern, telemetry_descriptors=["skewtrace", "features"]).BeamSource()
   count_columns = sorted({event} | {a["group_by"] for a in module.WINDOWED_AGGREGATES})
@@ -207,7 +225,7 @@ def build_pipeline(plan, options, temp_dir):
         FileSystems.join(temp_dir, feature_log.TRANSFORM_FN_DIR))
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])
-       | "FeatureLog" >> WriteFeatureLog(temp_dir, plan["log_buckets"], event)
+       | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p
@@ -219,7 +237,7 @@ def _write_json(value, path):
 
 
 def _publish(plan, temp_dir, options):
-  out = plan["output_dir"]
+  out = plan.output_dir
   with FileSystems.open(FileSystems.join(temp_dir, LOG_INFO),
                         compression_type="uncompressed") as f:
     buckets = sorted(json.loads(f.read().decode("utf-8")), key=lambda b: b["bucket"])
@@ -227,35 +245,35 @@ def _publish(plan, temp_dir, options):
   for sub in (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.LOG_DIR):
     dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))
   metadata = run_metadata.document(
-      profile=plan["profile"], transform_module=plan["module"].__name__,
-      input_dir=plan["input_dir"], content_digest=plan["manifest"]["content_digest"],
-      key_columns=plan["manifest"]["key_columns"], columns=plan["columns"],
-      aggregates=plan["aggregates"],
+      profile=plan.profile, transform_module=plan.module.__name__,
+      input_dir=plan.input_dir, content_digest=plan.manifest["content_digest"],
+      key_columns=plan.manifest["key_columns"], columns=plan.columns,
+      aggregates=list(plan.aggregates),
       runner=str(options.view_as(StandardOptions).runner or "DirectRunner"),
       analyze=analyze.analyze_fingerprints(FileSystems.join(out, feature_log.TRANSFORM_FN_DIR)),
-      num_buckets=plan["log_buckets"], buckets=buckets)
+      num_buckets=plan.log_buckets, buckets=buckets)
   dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
   return metadata
 
 
-def run(argv=None, save_main_session=True):
-  """Runs the features job; returns the exit code. Raises UsageError for bad flags/input."""
+def run_job(opts, options):
+  """Runs the features job for FeaturesFlags `opts` with the Beam `options`; returns the exit
+  code. Raises UsageError for bad flags/input."""
   started = time.monotonic()
-  options, opts, out = common.job_options(argv, FeaturesOptions, save_main_session)
   pool = concurrent.futures.ThreadPoolExecutor(1)
   try:
-    plan = _plan(opts, out, pool)
-    existed = FileSystems.exists(plan["output_dir"])
-    temp_dir = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
+    plan, verifying = plan_features(opts, pool)
+    existed = FileSystems.exists(plan.output_dir)
+    temp_dir = FileSystems.join(plan.output_dir, f".tmp-{uuid.uuid4().hex}")
     try:
       # TFT makes its temp folders while the graph is built: taken back if the input fails.
       pipeline = build_pipeline(plan, options, temp_dir)
-      _verified(plan["input_dir"], plan["verifying"])
-      dataset.refuse_foreign_entries(plan["output_dir"], out.overwrite)
+      _verified(plan.input_dir, verifying)
+      dataset.refuse_foreign_entries(plan.output_dir, opts.overwrite)
     except BaseException:
       dataset.remove_tree(temp_dir)
       if not existed:
-        dataset.remove_tree(plan["output_dir"])
+        dataset.remove_tree(plan.output_dir)
       raise
   finally:
     pool.shutdown(wait=False, cancel_futures=True)
@@ -272,10 +290,17 @@ def run(argv=None, save_main_session=True):
   counts = stage_counts(result, "features")
   if counts:
     print("records per stage: " + ", ".join(f"{s} {counts[s]}" for s in STAGES if s in counts))
-  print(f"outputs: {plan['output_dir']}/{feature_log.TRANSFORM_FN_DIR}, "
+  print(f"outputs: {plan.output_dir}/{feature_log.TRANSFORM_FN_DIR}, "
         f"{feature_log.TRANSFORMED_DIR}, {feature_log.LOG_DIR}, {run_metadata.FILE}")
   print(f"wall time: {time.monotonic() - started:.1f} s")
   return 0
+
+
+def run(argv=None, save_main_session=True):
+  """Runs the features job from its command line; returns the exit code. Raises UsageError for
+  bad flags/input."""
+  options, _, _ = common.job_options(argv, FeaturesOptions, save_main_session)
+  return run_job(common.flags_of(FeaturesFlags, options, FeaturesOptions), options)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ The same input and flags give byte-identical shards on every runner and parallel
 to shard XXH64(key) mod N and are sorted by (key, fingerprint) inside it. Outputs are written
 under a temporary folder and renamed into place; manifest.json is written last.
 """
+import dataclasses
 import json
 import math
 import time
@@ -32,7 +33,8 @@ from transforms.stages.type_rows import TypeRows
 from transforms.stages.write_rejected import WriteRejected
 from transforms.stages.write_shards import WriteShards
 
-__all__ = ["IngestOptions", "Ingest", "build_pipeline", "run"]
+__all__ = ["IngestOptions", "IngestFlags", "IngestPlan", "Ingest", "plan_ingest",
+           "build_pipeline", "run_job", "run"]
 
 AUTO_SHARD_BYTES = 16 << 20
 
@@ -59,6 +61,27 @@ class IngestOptions(PipelineOptions):
                         help="Bytes of CSV parsed per batch (memory per reader).")
 
 
+IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestPlan:
+  """What an ingest run does, checked before anything is written (plan_ingest)."""
+  paths: tuple            # input files, sorted
+  names: tuple            # the header's column names
+  columns: tuple | None   # ((name, type), ...) from --schema; None: inferred by the job
+  schema_info: dict       # the manifest's schema source
+  key_columns: tuple
+  formats: tuple
+  num_shards: int
+  compression: str | None
+  block_bytes: int
+  inputs: tuple           # describe_file of each input
+  output_dir: str
+  temp_dir: str           # where the job writes before the outputs are moved into place
+  recorded: dict          # the flags that define the dataset, as the manifest records them
+
+
 class Ingest(beam.PTransform):
   """(file index, path) pairs -> dicts of results in temp_dir (shard infos, counts)."""
 
@@ -68,28 +91,28 @@ class Ingest(beam.PTransform):
 
   def expand(self, files):
     plan = self._plan
-    raw = files | "ReadCsv" >> ReadCsv(plan["names"], plan["block_bytes"])
-    if plan["columns"] is None:
-      columns = (files | "ReadForTypes" >> ReadCsv(plan["names"], plan["block_bytes"])).rows \
-          | "InferTypes" >> InferTypes(plan["names"])
+    raw = files | "ReadCsv" >> ReadCsv(plan.names, plan.block_bytes)
+    if plan.columns is None:
+      columns = (files | "ReadForTypes" >> ReadCsv(plan.names, plan.block_bytes)).rows \
+          | "InferTypes" >> InferTypes(plan.names)
     else:
-      columns = plan["columns"]
-    typed = raw.rows | "TypeRows" >> TypeRows(columns, plan["paths"], plan["key_columns"])
+      columns = plan.columns
+    typed = raw.rows | "TypeRows" >> TypeRows(columns, plan.paths, plan.key_columns)
     infos = (typed.rows
              | "ProgressParse" >> Progress("ingest", "parse")
-             | "KeyRows" >> KeyRows(plan["key_columns"], plan["num_shards"])
-             | "WriteShards" >> WriteShards(plan["temp_dir"], plan["num_shards"], columns,
-                                            plan["formats"], plan["compression"],
-                                            not plan["key_columns"])
+             | "KeyRows" >> KeyRows(plan.key_columns, plan.num_shards)
+             | "WriteShards" >> WriteShards(plan.temp_dir, plan.num_shards, columns,
+                                            plan.formats, plan.compression,
+                                            not plan.key_columns)
              | "CollectShards" >> beam.combiners.ToList())
     rejected = ((raw[REJECTED], typed[REJECTED]) | "MergeRejected" >> beam.Flatten()
-                | "WriteRejected" >> WriteRejected(plan["temp_dir"])
+                | "WriteRejected" >> WriteRejected(plan.temp_dir)
                 | "SumRejected" >> beam.CombineGlobally(sum))
     read = raw[READ] | "SumRead" >> beam.CombineGlobally(sum)
     if not isinstance(columns, beam.pvalue.PCollection):
       columns = files.pipeline | "Columns" >> beam.Create([columns])
     return (files.pipeline
-            | "Results" >> beam.Create([plan["temp_dir"]])
+            | "Results" >> beam.Create([plan.temp_dir])
             | "WriteResults" >> beam.Map(
                 _write_results, infos=beam.pvalue.AsSingleton(infos),
                 read=beam.pvalue.AsSingleton(read), rejected=beam.pvalue.AsSingleton(rejected),
@@ -104,8 +127,9 @@ def _write_results(temp_dir, infos, read, rejected, columns):
   return temp_dir
 
 
-def _plan(opts, output_dir):
-  """Checks flags and inputs before anything is written; the plan the pipeline is built from."""
+def plan_ingest(opts):
+  """The IngestPlan of IngestFlags `opts`: flags and inputs checked before anything is written."""
+  output_dir = opts.output_dir
   if not opts.input:
     raise common.UsageError("--input is required")
   if not output_dir:
@@ -154,17 +178,19 @@ def _plan(opts, output_dir):
   inputs = [dataset.describe_file(p) for p in paths]
   num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
                                                    / AUTO_SHARD_BYTES))
-  return {"paths": paths, "names": names, "columns": columns, "schema_info": schema_info,
-          "key_columns": key_columns, "formats": formats, "num_shards": num_shards,
-          "compression": None if opts.parquet_compression == "none" else
-          opts.parquet_compression, "block_bytes": opts.csv_block_bytes, "inputs": inputs,
-          "output_dir": output_dir}
+  return IngestPlan(
+      paths=tuple(paths), names=tuple(names), columns=None if columns is None else tuple(columns),
+      schema_info=schema_info, key_columns=tuple(key_columns), formats=tuple(formats),
+      num_shards=num_shards, block_bytes=opts.csv_block_bytes, inputs=tuple(inputs),
+      compression=None if opts.parquet_compression == "none" else opts.parquet_compression,
+      output_dir=output_dir, temp_dir=FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}"),
+      recorded=_recorded_options(opts, num_shards, formats, key_columns))
 
 
-def _recorded_options(opts, plan):
+def _recorded_options(opts, num_shards, formats, key_columns):
   """The flags that define the dataset (not runner flags), as recorded in the manifest."""
-  return {"input": opts.input, "num_shards": plan["num_shards"], "formats": plan["formats"],
-          "key_columns": plan["key_columns"], "schema": opts.schema,
+  return {"input": opts.input, "num_shards": num_shards, "formats": list(formats),
+          "key_columns": list(key_columns), "schema": opts.schema,
           "parquet_compression": opts.parquet_compression,
           "max_rejected_fraction": opts.max_rejected_fraction}
 
@@ -173,27 +199,32 @@ def build_pipeline(plan, options):
   """The un-run ingest Pipeline for a plan (see _plan)."""
   p = beam.Pipeline(options=options)
   _ = (p
-       | "Files" >> beam.Create(list(enumerate(plan["paths"])))
+       | "Files" >> beam.Create(list(enumerate(plan.paths)))
        | "Distribute" >> beam.Reshuffle()
        | "Ingest" >> Ingest(plan))
   return p
 
 
-def run(argv=None, save_main_session=True):
-  """Runs ingest; returns the exit code (0 done). Raises UsageError for bad flags or input."""
+def run_job(opts, options):
+  """Runs ingest for IngestFlags `opts` with the Beam `options`; returns the exit code (0 done).
+  Raises UsageError for bad flags or input."""
   started = time.monotonic()
-  options, opts, out = common.job_options(argv, IngestOptions, save_main_session)
-  plan = _plan(opts, out.output_dir)
-  recorded = _recorded_options(opts, plan)
-  dataset.check_output_dir(plan["output_dir"], plan["inputs"], recorded, out.overwrite)
-  plan["temp_dir"] = FileSystems.join(plan["output_dir"], f".tmp-{uuid.uuid4().hex}")
+  plan = plan_ingest(opts)
+  dataset.check_output_dir(plan.output_dir, list(plan.inputs), plan.recorded, opts.overwrite)
   try:
     build_pipeline(plan, options).run().wait_until_finish()
-    manifest = dataset.publish(plan, recorded, common.versions())
+    manifest = dataset.publish(plan, common.versions())
   finally:
-    dataset.remove_tree(plan["temp_dir"])
+    dataset.remove_tree(plan.temp_dir)
   print(dataset.summary(manifest, time.monotonic() - started))
   return 0
+
+
+def run(argv=None, save_main_session=True):
+  """Runs ingest from its command line; returns the exit code. Raises UsageError for bad flags
+  or input."""
+  options, _, _ = common.job_options(argv, IngestOptions, save_main_session)
+  return run_job(common.flags_of(IngestFlags, options, IngestOptions), options)
 
 
 if __name__ == "__main__":

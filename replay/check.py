@@ -154,18 +154,18 @@ def _expand(template, night):
                          mm=f"{night.month:02d}", dd=f"{night.day:02d}")
 
 
-def _diff_argv(config, offline, production, out):
-  argv = ["--offline", offline, "--production", production, "--output_dir", out,
-          "--max_divergent_fraction", repr(config["thresholds"]["divergent_fraction"])]
+def _diff_flags(config, offline, production, out):
+  """The diff's flags the config sets: {flag: value}, values as the flags parse them."""
   tol = config["tolerance"]
-  if "abs" in tol:
-    argv += ["--abs_tol", repr(float(tol["abs"]))]
-  if "rel" in tol:
-    argv += ["--rel_tol", repr(float(tol["rel"]))]
+  specs = []
   for name, t in sorted(tol["features"].items()):
     spec = f"{name}={t.get('abs', tol.get('abs', 0.0))!r}"  # no rel: the default rel holds
-    argv += ["--tolerance", spec + (f":{t['rel']!r}" if "rel" in t else "")]
-  return argv + list(config["beam_args"])
+    specs.append(spec + (f":{t['rel']!r}" if "rel" in t else ""))
+  return {"offline": offline, "production": production, "output_dir": out,
+          "max_divergent_fraction": float(config["thresholds"]["divergent_fraction"]),
+          "abs_tol": float(tol["abs"]) if "abs" in tol else None,
+          "rel_tol": float(tol["rel"]) if "rel" in tol else None,
+          "tolerance": specs or None}
 
 
 def evaluate(report, thresholds):
@@ -265,7 +265,11 @@ def run(argv=None):
     if not FileSystems.exists(FileSystems.join(path, run_metadata.FILE)):
       raise common.UsageError(f"{night}: no {side} partition at {path}")
   out = FileSystems.join(config["reports"], night.isoformat())
-  diff.run(_diff_argv(config, offline, production, out) + _beam_flags(argv))
+  # The config's beam_args, then the command line's: Beam flags only (a diff flag there is an
+  # unknown flag: the config sets them).
+  options = common.parse_options(list(config["beam_args"]) + _beam_flags(argv), job_classes=[])
+  diff.run_job(common.flags_of(diff.DiffFlags, options, diff.DiffOptions,
+                               **_diff_flags(config, offline, production, out)), options)
   with FileSystems.open(FileSystems.join(out, "report.json"),
                         compression_type="uncompressed") as f:
     report = json.loads(f.read().decode("utf-8"))

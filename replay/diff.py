@@ -16,6 +16,7 @@ divergence, not with the logs; memory is bounded by one bucket.
 Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, prints a summary.
 Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
 """
+import dataclasses
 import json
 import uuid
 
@@ -30,7 +31,8 @@ from pipelines import common, dataset
 from replay import compare, metadata, model, render, tolerance as tolerances
 from transforms.spec import feature_log
 
-__all__ = ["DiffOptions", "plan_diff", "build_pipeline", "run", "METRICS_NAMESPACE"]
+__all__ = ["DiffOptions", "DiffFlags", "DiffPlan", "plan_diff", "build_pipeline", "run_job", "run",
+           "METRICS_NAMESPACE"]
 
 METRICS_NAMESPACE = "skewtrace.replay"
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
@@ -57,6 +59,23 @@ class DiffOptions(PipelineOptions):
     parser.add_argument("--samples", type=int, default=10,
                         help="Samples kept per kind (divergent, one side only, duplicates).")
     # --output_dir and --overwrite: common.OutputOptions.
+
+
+DiffFlags = common.flags_type("DiffFlags", DiffOptions, __name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffPlan:
+  """Everything the diff needs before any bucket is read (plan_diff)."""
+  output_dir: str
+  tasks: tuple              # (bucket, {side: [its part paths]}) of the differing buckets
+  context: compare.Context
+  equal_partial: compare.Partial  # the totals of the buckets equal on every digest
+  sides: dict               # side -> model.Side
+  tolerance: tolerances.Tolerance
+  max_divergent_fraction: float
+  buckets_total: int
+  causes: tuple             # suspected causes, sorted by stage
 
 
 def _part_paths(task, side):
@@ -137,7 +156,7 @@ class _PartialCombineFn(beam.CombineFn):
 
 
 def _write_report(partial, plan, path):
-  report = _build(plan, compare.merge(plan["equal_partial"], partial))
+  report = _build(plan, compare.merge(plan.equal_partial, partial))
   with FileSystems.create(path) as f:
     f.write(json.dumps(report).encode("utf-8"))
 
@@ -148,10 +167,10 @@ def _write_json(value, path):
 
 
 def build_pipeline(plan, options, report_path, errors_path):
-  """The un-run diff Pipeline over plan["tasks"]: (bucket, {side: [its part paths]}); writes
+  """The un-run diff Pipeline over plan.tasks: (bucket, {side: [its part paths]}); writes
   the report to report_path and the sorted list of unreadable buckets' reasons to errors_path."""
   p = beam.Pipeline(options=options)
-  tasks = p | "DifferingBuckets" >> beam.Create(plan["tasks"])
+  tasks = p | "DifferingBuckets" >> beam.Create(plan.tasks)
   # The bucket's part paths, not their rows, go through the CoGroupByKey: the logs are already
   # partitioned by bucket, so each bucket is read where it is compared and no row is shuffled
   # (shuffling the Arrow tables instead cost 15 of 20 s at 1M rows on DirectRunner).
@@ -159,13 +178,13 @@ def build_pipeline(plan, options, report_path, errors_path):
            for s in compare.SIDES}
   compared = (sides
               | "JoinBuckets" >> beam.CoGroupByKey()
-              | "CompareBuckets" >> beam.ParDo(_CompareBucketFn(plan["context"])).with_outputs(
+              | "CompareBuckets" >> beam.ParDo(_CompareBucketFn(plan.context)).with_outputs(
                   _ERRORS, main="partials"))
   _ = (compared[_ERRORS]
        | "CollectErrors" >> beam.combiners.ToList()
        | "WriteErrors" >> beam.Map(lambda errors: _write_json(sorted(errors), errors_path)))
   _ = (compared.partials
-       | "Totals" >> beam.CombineGlobally(_PartialCombineFn(plan["context"].samples))
+       | "Totals" >> beam.CombineGlobally(_PartialCombineFn(plan.context.samples))
        | "WriteReport" >> beam.Map(_write_report, plan, report_path))
   return p
 
@@ -231,10 +250,10 @@ def _check_tolerance_features(tol, kinds):
                               "(any difference is a mismatch)")
 
 
-def plan_diff(opts, out):
-  """Everything the diff needs before any bucket is read: metadata checked, causes named,
-  differing buckets listed with their checked part files, equal buckets totalled."""
-  if not out.output_dir:
+def plan_diff(opts):
+  """The DiffPlan of DiffFlags `opts`: metadata checked, causes named, differing buckets listed
+  with their checked part files, equal buckets totalled."""
+  if not opts.output_dir:
     raise common.UsageError("--output_dir is required")
   tol = tolerances.from_flags(opts.abs_tol, opts.rel_tol, opts.tolerance or ())
   frac = opts.max_divergent_fraction
@@ -274,16 +293,17 @@ def plan_diff(opts, out):
     equal_partial = compare.merge(equal_partial, compare.equal_bucket(entry, kinds, context))
   sides = {s: model.Side(dir=dirs[s], runner=str(metas[s]["runner"]),
                          rows=int(metas[s]["log"]["rows"])) for s in compare.SIDES}
-  return {"output_dir": out.output_dir, "tasks": tasks, "context": context,
-          "equal_partial": equal_partial, "sides": sides, "tolerance": tol,
-          "max_divergent_fraction": frac, "buckets_total": len(differing) + len(equal),
-          "causes": metadata.suspected_causes(metas["offline"], metas["production"])}
+  return DiffPlan(output_dir=opts.output_dir, tasks=tuple(tasks), context=context,
+                  equal_partial=equal_partial, sides=sides, tolerance=tol,
+                  max_divergent_fraction=frac, buckets_total=len(differing) + len(equal),
+                  causes=tuple(metadata.suspected_causes(metas["offline"],
+                                                         metas["production"])))
 
 
 def _build(plan, partial):
-  return model.build_report(partial, plan["sides"]["offline"], plan["sides"]["production"],
-                            plan["tolerance"], plan["max_divergent_fraction"], plan["causes"],
-                            plan["buckets_total"]).to_dict()
+  return model.build_report(partial, plan.sides["offline"], plan.sides["production"],
+                            plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
+                            plan.buckets_total).to_dict()
 
 
 def _read_json(path):
@@ -291,13 +311,13 @@ def _read_json(path):
     return json.loads(f.read().decode("utf-8"))
 
 
-def run(argv=None, save_main_session=True):
-  """Runs the diff; returns the exit code (0 / 1). Raises UsageError for bad flags/input."""
-  options, opts, out = common.job_options(argv, DiffOptions, save_main_session)
-  plan = plan_diff(opts, out)
-  output_dir = plan["output_dir"]
-  dataset.refuse_foreign_entries(output_dir, out.overwrite, own=_OWN)
-  if plan["tasks"]:
+def run_job(opts, options):
+  """Runs the diff for DiffFlags `opts` with the Beam `options`; returns the exit code (0 / 1).
+  Raises UsageError for bad flags/input."""
+  plan = plan_diff(opts)
+  output_dir = plan.output_dir
+  dataset.refuse_foreign_entries(output_dir, opts.overwrite, own=_OWN)
+  if plan.tasks:
     temp_dir = FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}")
     try:
       FileSystems.mkdirs(temp_dir)
@@ -310,7 +330,7 @@ def run(argv=None, save_main_session=True):
     finally:
       dataset.remove_tree(temp_dir)
   else:  # every bucket equal: nothing to read, no pipeline to run
-    report = _build(plan, plan["equal_partial"])
+    report = _build(plan, plan.equal_partial)
   if not FileSystems.exists(output_dir):
     FileSystems.mkdirs(output_dir)
   dataset.write_atomically(FileSystems.join(output_dir, REPORT_JSON),
@@ -320,6 +340,13 @@ def run(argv=None, save_main_session=True):
   print(render.render_text(report))
   print(f"report: {FileSystems.join(output_dir, REPORT_JSON)}")
   return report["exit_code"]
+
+
+def run(argv=None, save_main_session=True):
+  """Runs the diff from its command line; returns the exit code (0 / 1). Raises UsageError for
+  bad flags/input."""
+  options, _, _ = common.job_options(argv, DiffOptions, save_main_session)
+  return run_job(common.flags_of(DiffFlags, options, DiffOptions), options)
 
 
 if __name__ == "__main__":

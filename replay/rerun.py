@@ -20,7 +20,7 @@ Writes OUT/ingest (pipelines.ingest, once), OUT/a and OUT/b (pipelines.features 
 import argparse
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 
 from pipelines import common, dataset, features, ingest
 from replay import diff
@@ -71,80 +71,52 @@ def _own_parser(prog="python -m replay.rerun"):
   return parser
 
 
-def _split(argv):
-  """(rerun's own flags as {name: [values]}, the remaining (Beam) tokens, in order).
-
-  argv has already been parsed strictly, so every token is a known flag or its value.
-  """
-  actions = _own_parser()._actions  # pylint: disable=protected-access
-  takes_value = {a.option_strings[0][2:]: a.nargs != 0 for a in actions}
-  own, rest, i = {}, [], 0
-  while i < len(argv):
-    token = argv[i]
-    name = token[2:].split("=", 1)[0] if token.startswith("--") else None
-    if name in takes_value:
-      if "=" in token:
-        value = token.split("=", 1)[1]
-      elif takes_value[name]:
-        i += 1
-        value = argv[i]
-      else:
-        value = None
-      own.setdefault(name, []).append(value)
-    else:
-      rest.append(token)
-    i += 1
-  return own, rest
-
-
-def _forwarded(own, names):
-  out = []
-  for name in names:
-    for value in own.get(name, ()):
-      out += [f"--{name}"] if value is None else [f"--{name}", value]
-  return out
-
-
 def _plan(argv):
+  """(the output folders, the parsed options, each job's flags as a value) for rerun's argv.
+
+  The jobs' flags are built from the same parsed options (their defaults included), with the
+  flags rerun sets itself (folders, profiles, --overwrite) put in place: no argv is rewritten.
+  """
   argv = list(argv or [])
   if "-h" in argv or "--help" in argv:
     raise common.HelpRequested(_own_parser().format_help())
-  common.parse_options(argv, [cls for cls, _ in _SOURCES])  # unknown flags -> UsageError
-  own, beam_flags = _split(argv)
-  foreign = sorted({t[2:].split("=", 1)[0] for t in beam_flags if t.startswith("--")} &
-                   {n for cls, _ in _SOURCES[:3] for n in _flag_names(cls)})
+  options = common.parse_options(argv, [cls for cls, _ in _SOURCES])  # unknown flags -> error
+  given = {t[2:].split("=", 1)[0] for t in argv if t.startswith("--")}
+  taken = {n for _, names in _SOURCES for n in names}
+  foreign = sorted(given & {n for cls, _ in _SOURCES[:3] for n in common.flag_names(cls)}
+                   - taken)
   if foreign:
     raise common.UsageError(f"replay.rerun sets --{foreign[0]} itself; it takes: "
                             + ", ".join(f"--{n}" for cls, names in _SOURCES for n in names))
-  for name in ("input", "profile_a", "profile_b", "output_dir"):
-    if name not in own:
+  own = options.view_as(RerunOptions)
+  out_opts = options.view_as(common.OutputOptions)
+  for name, value in (("input", options.view_as(ingest.IngestOptions).input),
+                      ("profile_a", own.profile_a), ("profile_b", own.profile_b),
+                      ("output_dir", out_opts.output_dir)):
+    if not value:
       raise common.UsageError(f"--{name} is required")
-  module = (own.get("transform_module") or ["transforms.taxi"])[-1]
+  module = options.view_as(features.FeaturesOptions).transform_module
   for name in ("profile_a", "profile_b"):
     try:
-      features.load_profile_and_module(own[name][-1], module)
+      features.load_profile_and_module(getattr(own, name), module)
     except common.UsageError as e:  # name the flag rerun was given
       raise common.UsageError(str(e).replace("--profile ", f"--{name} ", 1)) from None
-  out = own["output_dir"][-1]
-  overwrite = "overwrite" in own
+  out, overwrite = out_opts.output_dir, out_opts.overwrite
   dataset.refuse_foreign_entries(out, overwrite)
   dirs = {d: FileSystems.join(out, d) for d in SUBDIRS}
-  tail = (["--overwrite"] if overwrite else []) + beam_flags
-  return dirs, {
-      "ingest": ["--output_dir", dirs["ingest"]] + _forwarded(own, INGEST_FLAGS) + tail,
-      "a": ["--input_dir", dirs["ingest"], "--output_dir", dirs["a"],
-            "--profile", own["profile_a"][-1]] + _forwarded(own, FEATURES_FLAGS) + tail,
-      "b": ["--input_dir", dirs["ingest"], "--output_dir", dirs["b"],
-            "--profile", own["profile_b"][-1]] + _forwarded(own, FEATURES_FLAGS) + tail,
-      "diff": ["--offline", dirs["a"], "--production", dirs["b"], "--output_dir", dirs["diff"]]
-              + _forwarded(own, DIFF_FLAGS) + tail,
+  flags = {
+      "ingest": common.flags_of(ingest.IngestFlags, options, ingest.IngestOptions,
+                                output_dir=dirs["ingest"]),
+      "a": common.flags_of(features.FeaturesFlags, options, features.FeaturesOptions,
+                           input_dir=dirs["ingest"], output_dir=dirs["a"],
+                           profile=own.profile_a),
+      "b": common.flags_of(features.FeaturesFlags, options, features.FeaturesOptions,
+                           input_dir=dirs["ingest"], output_dir=dirs["b"],
+                           profile=own.profile_b),
+      "diff": common.flags_of(diff.DiffFlags, options, diff.DiffOptions, offline=dirs["a"],
+                              production=dirs["b"], output_dir=dirs["diff"]),
   }
-
-
-def _flag_names(cls):
-  parser = argparse.ArgumentParser(add_help=False)
-  cls._add_argparse_args(parser)  # pylint: disable=protected-access
-  return [a.option_strings[0][2:] for a in parser._actions]  # pylint: disable=protected-access
+  return dirs, options, flags
 
 
 def run(argv=None, save_main_session=True):
@@ -152,14 +124,15 @@ def run(argv=None, save_main_session=True):
 
   Raises UsageError for bad flags or input, before any job runs when the flags are at fault.
   """
-  dirs, argvs = _plan(argv)
+  dirs, options, flags = _plan(argv)
+  options.view_as(SetupOptions).save_main_session = save_main_session
   print(f"== ingest -> {dirs['ingest']}")
-  ingest.run(argvs["ingest"], save_main_session)
+  ingest.run_job(flags["ingest"], options)
   for side in ("a", "b"):
     print(f"== features, profile {side.upper()} -> {dirs[side]}")
-    features.run(argvs[side], save_main_session)
+    features.run_job(flags[side], options)
   print(f"== diff A (offline) vs B (production) -> {dirs['diff']}")
-  return diff.run(argvs["diff"], save_main_session)
+  return diff.run_job(flags["diff"], options)
 
 
 if __name__ == "__main__":

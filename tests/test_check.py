@@ -139,10 +139,9 @@ def test_per_feature_tolerance_without_rel_keeps_the_default_rel():
       "offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
       "{divergent_fraction: 0.1}\ntolerance: {abs: 0.5, rel: 0.01, features: {fare_z: "
       "{abs: 0.1}, tips: {rel: 0.2}}}\n")
-  argv = check._diff_argv(config, "o", "p", "out")  # pylint: disable=protected-access
-  specs = [argv[i + 1] for i, a in enumerate(argv) if a == "--tolerance"]
-  assert specs == ["fare_z=0.1", "tips=0.5:0.2"]
-  assert argv[argv.index("--rel_tol") + 1] == "0.01"
+  flags = check._diff_flags(config, "o", "p", "out")  # pylint: disable=protected-access
+  assert flags["tolerance"] == ["fare_z=0.1", "tips=0.5:0.2"]
+  assert flags["rel_tol"] == 0.01 and flags["abs_tol"] == 0.5
 
 
 def _report(**features):

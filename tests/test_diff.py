@@ -264,10 +264,10 @@ def test_reports_are_identical_bytes_on_multi_processing(logs, tolerant):
 def test_beam_counters(logs, tmp_path):
   argv = ["--offline", logs["offline"], "--production", logs["production"],
           "--output_dir", str(tmp_path)]
-  options, opts, out = common.job_options(argv, diff.DiffOptions, False)
-  plan = diff.plan_diff(opts, out)
-  assert [b for b, _ in plan["tasks"]] == [WINDOW_BUCKET, DROP_BUCKET, NOISE_BUCKET]
-  assert len(plan["tasks"][0][1]["production"]) == 2  # the bucket written as two parts
+  options, _, _ = common.job_options(argv, diff.DiffOptions, False)
+  plan = diff.plan_diff(common.flags_of(diff.DiffFlags, options, diff.DiffOptions))
+  assert [b for b, _ in plan.tasks] == [WINDOW_BUCKET, DROP_BUCKET, NOISE_BUCKET]
+  assert len(plan.tasks[0][1]["production"]) == 2  # the bucket written as two parts
   result = diff.build_pipeline(plan, options, str(tmp_path / "r.json"),
                                str(tmp_path / "errors.json")).run()
   result.wait_until_finish()
@@ -436,8 +436,8 @@ def test_plan_names_analyze_only_when_the_analyzers_differ_but_their_definition_
   if changed == "definition":
     meta["analyze"]["definition"] = "0" * 16
   meta_path.write_text(json.dumps(meta))
-  _, opts, out = common.job_options(["--offline", taxi_features["direct"], "--production",
-                                     str(production), "--output_dir", str(tmp_path / "o")],
-                                    diff.DiffOptions, False)
-  context = diff.plan_diff(opts, out)["context"]
+  options, _, _ = common.job_options(["--offline", taxi_features["direct"], "--production",
+                                      str(production), "--output_dir", str(tmp_path / "o")],
+                                     diff.DiffOptions, False)
+  context = diff.plan_diff(common.flags_of(diff.DiffFlags, options, diff.DiffOptions)).context
   assert context.transform_stage == stage and not context.analyze_match

@@ -134,22 +134,22 @@ def _built(job, runner_flags, tmp_path, ingest_dir, features_dir):
     logfaults.edit_log(features_dir, production, logfaults.window_shift(100))
     argv = ["--offline", features_dir, "--production", production, "--output_dir",
             str(tmp_path / "d")] + runner_flags
-    options, opts, out = common.job_options(argv, diff.DiffOptions, True)
-    plan = diff.plan_diff(opts, out)
-    assert plan["tasks"]
+    options, _, _ = common.job_options(argv, diff.DiffOptions, True)
+    plan = diff.plan_diff(common.flags_of(diff.DiffFlags, options, diff.DiffOptions))
+    assert plan.tasks
     return diff.build_pipeline(plan, options, str(tmp_path / "d" / "report.json"))
   if job == "ingest":
     argv = ["--input", TAXI_CSV, "--output_dir", str(tmp_path / "i"), "--schema", TAXI_SCHEMA,
             "--num_shards", "4"] + runner_flags
-    options, opts, out = common.job_options(argv, ingest.IngestOptions, True)
-    plan = ingest._plan(opts, out.output_dir)  # pylint: disable=protected-access
-    plan["temp_dir"] = str(tmp_path / "i" / ".tmp")
+    options, _, _ = common.job_options(argv, ingest.IngestOptions, True)
+    plan = ingest.plan_ingest(common.flags_of(ingest.IngestFlags, options, ingest.IngestOptions))
     return ingest.build_pipeline(plan, options)
   argv = ["--input_dir", ingest_dir, "--output_dir", str(tmp_path / "f"),
           "--profile", os.path.join(ROOT, "profiles", "offline.yaml")] + runner_flags
-  options, opts, out = common.job_options(argv, features.FeaturesOptions, True)
+  options, _, _ = common.job_options(argv, features.FeaturesOptions, True)
   with concurrent.futures.ThreadPoolExecutor(1) as pool:  # runs the input's verification
-    plan = features._plan(opts, out, pool)  # pylint: disable=protected-access
+    plan, _ = features.plan_features(
+        common.flags_of(features.FeaturesFlags, options, features.FeaturesOptions), pool)
   return features.build_pipeline(plan, options, str(tmp_path / "f" / ".tmp"))
 
 

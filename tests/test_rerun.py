@@ -84,20 +84,23 @@ def test_the_same_profile_twice_shows_no_divergence(same_rerun):
 
 
 def test_flags_are_routed_to_the_jobs_that_own_them(tmp_path):
-  dirs, argvs = rerun._plan(_argv(  # pylint: disable=protected-access
+  dirs, options, flags = rerun._plan(_argv(  # pylint: disable=protected-access
       tmp_path / "out", OFFLINE, "--tolerance", "fare=0.1:0", "--tolerance=tips=0:0.01",
       "--max_divergent_fraction", "0.5", "--log_buckets=4", "--direct_num_workers=2",
       "--runner", "DirectRunner", "--overwrite"))
   assert dirs == {d: str(tmp_path / "out" / d) for d in ("ingest", "a", "b", "diff")}
-  beam = ["--overwrite", "--direct_num_workers=2", "--runner", "DirectRunner"]
-  assert argvs["ingest"] == ["--output_dir", dirs["ingest"], "--input", TAXI_CSV, "--schema",
-                             TAXI_SCHEMA] + beam
-  assert argvs["b"] == ["--input_dir", dirs["ingest"], "--output_dir", dirs["b"], "--profile",
-                        OFFLINE, "--transform_module", "transforms.taxi", "--log_buckets",
-                        "4"] + beam
-  assert argvs["diff"] == ["--offline", dirs["a"], "--production", dirs["b"], "--output_dir",
-                           dirs["diff"], "--tolerance", "fare=0.1:0", "--tolerance",
-                           "tips=0:0.01", "--max_divergent_fraction", "0.5"] + beam
+  ingest, b, d = flags["ingest"], flags["b"], flags["diff"]
+  assert (ingest.input, ingest.schema, ingest.output_dir, ingest.overwrite) == \
+      (TAXI_CSV, TAXI_SCHEMA, dirs["ingest"], True)
+  assert ingest.formats == "tfrecord,parquet" and ingest.num_shards == 0  # the job's defaults
+  assert (b.input_dir, b.output_dir, b.profile, b.transform_module, b.log_buckets) == \
+      (dirs["ingest"], dirs["b"], OFFLINE, "transforms.taxi", 4)
+  assert flags["a"].profile == OFFLINE and flags["a"].output_dir == dirs["a"]
+  assert (d.offline, d.production, d.output_dir) == (dirs["a"], dirs["b"], dirs["diff"])
+  assert d.tolerance == ["fare=0.1:0", "tips=0:0.01"] and d.max_divergent_fraction == 0.5
+  from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+  assert options.view_as(StandardOptions).runner == "DirectRunner"
+  assert options.view_as(DirectOptions).direct_num_workers == 2
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -125,7 +128,7 @@ def test_missing_or_bad_inputs_fail_before_any_job_runs(tmp_path):
   with pytest.raises(common.UsageError, match="--transform_module"):
     rerun.run(_argv(out, OFFLINE, "--transform_module", "transforms.no_such_module"))
   with pytest.raises(common.UsageError, match="lacks preprocessing_fn"):  # imports, not a module
-    rerun.run(_argv(out, OFFLINE, "--transform_module", "transforms.profile"))
+    rerun.run(_argv(out, OFFLINE, "--transform_module", "transforms.spec.profile"))
   assert not out.exists()
   out.mkdir()
   (out / "keep.txt").write_text("x")

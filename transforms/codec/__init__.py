@@ -1,3 +1,9 @@
-"""Compiled kernels and codecs, no Beam and no TensorFlow: one concept per module."""
+"""Compiled kernels and codecs, no Beam and no TensorFlow: one concept per module.
+
+The kernels inline helpers and constants from sibling modules (words.py, crc32c.py, kinds.py,
+example_parse.py, example_encode.py), and numba's on-disk cache (`cache=True`) checks only a
+kernel's own file: after editing such a helper alone, delete transforms/codec/__pycache__/*.nbi
+so that the kernels using it are compiled again.
+"""
 __all__ = ["arrow_buffers", "crc32c", "csv_records", "example_decode", "example_encode",
            "example_parse", "kinds", "tfrecord", "words", "xxh64"]

@@ -46,7 +46,9 @@ def analyzer_outputs(transform_fn_dir):
   value: a numpy array (numeric analyzers) or bytes (a vocabulary file).
   """
   import tensorflow as tf
-  model_dir = os.path.join(transform_fn_dir, "transform_fn")
+  import tensorflow_transform as tft
+  # The saved function inside TFT's output folder, where tft.TFTransformOutput puts it.
+  model_dir = os.path.join(transform_fn_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR)
   loaded = tf.saved_model.load(model_dir)
   concrete = loaded.signatures["serving_default"]
   out, seen = [], {}

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.spec import fingerprint
-from transforms.spec.stages import INGEST_SHARD, KEY, PARSE_FP
+from transforms.spec.stages import INGEST_SHARD, KEY, PARSE, PARSE_FP
 
 __all__ = ["hex64", "key_batch", "key_hash", "content_keys", "CONTENT_KEY_SEPARATOR"]
 
@@ -45,7 +45,7 @@ def content_keys(hexes, ordinals):
 def key_batch(batch, data_columns, key_columns, num_shards, seed=0):
   """Appends KEY (large_string; the content key's hex without its ordinal when there are no
   key columns), PARSE_FP (the parse-stage fingerprint, uint64) and INGEST_SHARD (int64)."""
-  fp = fingerprint.fingerprint_batch(batch, fields=data_columns)
+  fp = fingerprint.fingerprint_batch(batch, fields=PARSE.fingerprint_fields(columns=data_columns))
   if key_columns:
     texts = [batch.column(c).cast(pa.large_string()) for c in key_columns]
     if len(texts) == 1:

@@ -7,7 +7,7 @@ from transforms.codec import csv_records
 from transforms.spec import fingerprint
 from transforms.spec import schema
 from transforms.spec.dataset import rejected_row
-from transforms.spec.stages import PARSE, RAW_FP
+from transforms.spec.stages import PARSE, RAW, RAW_FP
 from transforms.stages.read_csv import REJECTED
 
 __all__ = ["TypeRows", "type_batch"]
@@ -50,7 +50,8 @@ def type_batch(batch, columns, paths, required=()):
                                    "; ".join(reasons[i])))
   keep = pa.array(~bad_rows)
   # The raw-stage fingerprint: the source text of each cell (null when empty), before typing.
-  raw_fp = fingerprint.fingerprint_batch(batch, fields=[name for name, _ in columns])
+  raw_fp = fingerprint.fingerprint_batch(
+      batch, fields=RAW.fingerprint_fields(columns=[name for name, _ in columns]))
   out = pa.RecordBatch.from_arrays(typed + [pa.array(raw_fp)],
                                    names=[name for name, _ in columns] + [RAW_FP])
   return (out.filter(keep) if bad_rows.any() else out), rejected
