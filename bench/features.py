@@ -8,7 +8,7 @@ ingests it once (not timed), then times in separate processes, one after the oth
       (transforms.taxi, the windowed-aggregate input filled with 0) -> WriteTransformFn; the
       transformed RecordBatches are counted, not written; DirectRunner; its RecordBatch
       PCollections untyped, as a plain pipeline writes them;
-  (1s) the same with the RecordBatch input typed, so Beam uses transforms/arrow_coder.py's coder
+  (1s) the same with the RecordBatch input typed, so Beam uses transforms/beam/arrow_coder.py's coder
       as the features job does;
   (1w) bare TFT keeping its output -- the target's baseline: (1s) writing its transformed records
       as TF Transform documents it (tft_beam.EncodeTransformedDataset -> beam.io.WriteToTFRecord,
@@ -43,7 +43,7 @@ import sys, tempfile, numpy as np, pyarrow as pa, apache_beam as beam, tensorflo
 from apache_beam.io.filesystems import FileSystems
 from transforms import taxi
 from transforms.spec import schema
-from transforms.stages.transform_records import to_tft_batch
+from transforms.graph.feed import to_tft_batch
 from tfx_bsl.public import tfxio
 from tensorflow_metadata.proto.v0 import schema_pb2
 import json
@@ -63,7 +63,7 @@ adapter = tfxio.TensorAdapterConfig(to_tft_batch(empty, cols).schema, {n: schema
 with beam.Pipeline() as p:
   with tft_beam.Context(temp_dir=tempfile.mkdtemp()):
     to_tft = beam.FlatMap(prep)
-    if typed:  # RecordBatch PCollections get transforms.arrow_coder's coder, as in the job
+    if typed:  # RecordBatch PCollections get transforms.beam.arrow_coder's coder, as in the job
       to_tft = to_tft.with_output_types(pa.RecordBatch)
     batches = p | beam.io.ReadFromParquetBatched(src + "/parquet/*.parquet") | to_tft
     (data, meta), fn = (batches, adapter) | tft_beam.AnalyzeAndTransformDataset(
@@ -81,7 +81,6 @@ with beam.Pipeline() as p:
 NO_LOG = r'''
 import sys, apache_beam as beam
 from pipelines import features
-from transforms.stages import write_feature_log as feature_log
 
 class CountOnly(beam.PTransform):
   """(staged, transformed, dropped batches) -> nothing: their rows counted, no log written."""
@@ -91,7 +90,7 @@ class CountOnly(beam.PTransform):
     counts = [p | f"Rows{i}" >> beam.Map(lambda b: b.num_rows) for i, p in enumerate(pcolls)]
     return counts | beam.Flatten() | beam.CombineGlobally(sum) | beam.FlatMap(lambda n: [])
 
-feature_log.WriteFeatureLog = CountOnly
+features.WriteFeatureLog = CountOnly  # the job's name for the log writer
 sys.exit(features.run(sys.argv[1:]))
 '''
 

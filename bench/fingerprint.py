@@ -2,7 +2,7 @@
 
   python bench/fingerprint.py [--copies 67]
 
-Input: ../shared/data/chicago_taxi/data.csv read by pyarrow (18 columns, many nulls) and
+Input: data/chicago_taxi/data.csv (the bundled sample) read by pyarrow (18 columns, many nulls) and
 repeated --copies times (67 copies = 1,005,134 rows). One process, one core (numba kernels run
 single-threaded). Prints rows/s for each coding and the ratio; the vectorised coding is timed
 after one warm-up call (numba loads its compiled kernels from the cache on first use).
@@ -19,7 +19,7 @@ import pyarrow.csv as pacsv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from transforms import fingerprint  # noqa: E402
+from transforms.spec import fingerprint  # noqa: E402
 
 TAXI = os.path.join(ROOT, "data", "chicago_taxi", "data.csv")
 

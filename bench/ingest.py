@@ -2,7 +2,7 @@
 
   python bench/ingest.py [--rows 1000000] [--also_rows 5000000] [--naive_rows 100000]
 
-The input is ../shared/data/chicago_taxi/data.csv repeated: copy k shifts trip_start_timestamp
+The input is data/chicago_taxi/data.csv (the bundled sample) repeated: copy k shifts trip_start_timestamp
 by k weeks and adds a unique `trip_id` column (k * 15002 + row). Each contender runs in its own
 process (wall time and peak RSS of that process); ratios are printed against the direct script.
 The naive pipeline runs on --rows rows unless --naive_rows says otherwise (then scaled).

@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, verify
+from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.progress import Progress, stage_counts
 from transforms.graph import analyze
 from transforms.graph.feed import passthrough_keys, to_tft_batch
@@ -55,6 +56,15 @@ class FeaturesOptions(PipelineOptions):
     parser.add_argument("--profile", help="Run profile YAML (profiles/offline.yaml, ...).")
     parser.add_argument("--log_buckets", type=int, default=16,
                         help="Key-hash buckets of the feature log.")
+
+  @staticmethod
+  def check(flags):
+    """UsageError naming the first of FeaturesFlags `flags` that cannot be used."""
+    for name in ("input_dir", "output_dir", "profile"):
+      if not getattr(flags, name):
+        raise common.UsageError(f"--{name} is required")
+    if flags.log_buckets < 1:
+      raise common.UsageError("--log_buckets must be >= 1")
     # --output_dir and --overwrite: common.OutputOptions.
 
 
@@ -86,14 +96,7 @@ def plan_features(opts, pool):
   decodes every shard) starts here on `pool`, after the cheap flag checks, and overlaps building
   the pipeline; run_job waits for it before anything runs or is written.
   Any problem found with the input while planning reports the verification's finding first."""
-  if not opts.input_dir:
-    raise common.UsageError("--input_dir is required")
-  if not opts.output_dir:
-    raise common.UsageError("--output_dir is required")
-  if not opts.profile:
-    raise common.UsageError("--profile is required")
-  if opts.log_buckets < 1:
-    raise common.UsageError("--log_buckets must be >= 1")
+  FeaturesOptions.check(opts)
   prof, module = load_profile_and_module(opts.profile, opts.transform_module)
   verifying = pool.submit(verify.verify, opts.input_dir)
   try:
@@ -188,7 +191,7 @@ def build_pipeline(plan, options, temp_dir):
   writing the records' stage columns as it goes; the windowed counts come from a second,
   column-projected read, so nothing waits for them. TFT carries each record's log hash and raw
   fingerprint through (passthrough), its transform output is written beside, and the feature
-  log's merge lines the two up: only part-file paths are shuffled (transforms/feature_log.py).
+  log's merge lines the two up: only part-file paths are shuffled (transforms/stages/write_feature_log.py).
   """
   prof = plan.profile
   module = plan.module

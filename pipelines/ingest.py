@@ -24,6 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from transforms.spec import schema
+from transforms.spec.dataset import FORMATS
 from transforms.spec.stages import RESERVED
 from transforms.stages.infer_types import InferTypes
 from transforms.stages.key_rows import KeyRows
@@ -59,6 +60,26 @@ class IngestOptions(PipelineOptions):
                         help="Fail the run when more than this fraction of rows is rejected.")
     parser.add_argument("--csv_block_bytes", type=int, default=8 << 20,
                         help="Bytes of CSV parsed per batch (memory per reader).")
+
+  @staticmethod
+  def check(flags):
+    """UsageError naming the first of IngestFlags `flags` that cannot be used; the formats."""
+    if not flags.input:
+      raise common.UsageError("--input is required")
+    if not flags.output_dir:
+      raise common.UsageError("--output_dir is required")
+    formats = [f.strip() for f in flags.formats.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats or len(set(formats)) != len(formats):
+      raise common.UsageError(f"--formats must list tfrecord and/or parquet, got "
+                              f"{flags.formats!r}")
+    if not 0 <= flags.max_rejected_fraction <= 1:
+      raise common.UsageError("--max_rejected_fraction must be within [0, 1]")
+    if flags.num_shards < 0:
+      raise common.UsageError("--num_shards must be >= 0")
+    if flags.csv_block_bytes < 1024:
+      raise common.UsageError("--csv_block_bytes must be >= 1024")
+    return formats
 
 
 IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)
@@ -129,21 +150,8 @@ def _write_results(temp_dir, infos, read, rejected, columns):
 
 def plan_ingest(opts):
   """The IngestPlan of IngestFlags `opts`: flags and inputs checked before anything is written."""
+  formats = IngestOptions.check(opts)
   output_dir = opts.output_dir
-  if not opts.input:
-    raise common.UsageError("--input is required")
-  if not output_dir:
-    raise common.UsageError("--output_dir is required")
-  formats = [f.strip() for f in opts.formats.split(",") if f.strip()]
-  bad = [f for f in formats if f not in ("tfrecord", "parquet")]
-  if bad or not formats or len(set(formats)) != len(formats):
-    raise common.UsageError(f"--formats must list tfrecord and/or parquet, got {opts.formats!r}")
-  if not 0 <= opts.max_rejected_fraction <= 1:
-    raise common.UsageError("--max_rejected_fraction must be within [0, 1]")
-  if opts.num_shards < 0:
-    raise common.UsageError("--num_shards must be >= 0")
-  if opts.csv_block_bytes < 1024:
-    raise common.UsageError("--csv_block_bytes must be >= 1024")
   paths = dataset.match_inputs(opts.input)
   names, headers = None, {}
   for path in paths:

@@ -60,6 +60,19 @@ class DiffOptions(PipelineOptions):
                         help="Samples kept per kind (divergent, one side only, duplicates).")
     # --output_dir and --overwrite: common.OutputOptions.
 
+  @staticmethod
+  def check(flags):
+    """UsageError naming the first of DiffFlags `flags` that cannot be used; the tolerances."""
+    if not flags.output_dir:
+      raise common.UsageError("--output_dir is required")
+    tol = tolerances.from_flags(flags.abs_tol, flags.rel_tol, flags.tolerance or ())
+    frac = flags.max_divergent_fraction
+    if not 0 <= frac <= 1:
+      raise common.UsageError(f"--max_divergent_fraction must be in [0, 1], got {frac}")
+    if flags.samples < 0:
+      raise common.UsageError(f"--samples must be >= 0, got {flags.samples}")
+    return tol
+
 
 DiffFlags = common.flags_type("DiffFlags", DiffOptions, __name__)
 
@@ -253,14 +266,7 @@ def _check_tolerance_features(tol, kinds):
 def plan_diff(opts):
   """The DiffPlan of DiffFlags `opts`: metadata checked, causes named, differing buckets listed
   with their checked part files, equal buckets totalled."""
-  if not opts.output_dir:
-    raise common.UsageError("--output_dir is required")
-  tol = tolerances.from_flags(opts.abs_tol, opts.rel_tol, opts.tolerance or ())
-  frac = opts.max_divergent_fraction
-  if not 0 <= frac <= 1:
-    raise common.UsageError(f"--max_divergent_fraction must be in [0, 1], got {frac}")
-  if opts.samples < 0:
-    raise common.UsageError(f"--samples must be >= 0, got {opts.samples}")
+  tol, frac = DiffOptions.check(opts), opts.max_divergent_fraction
   dirs = {"offline": opts.offline, "production": opts.production}
   metas = {s: metadata.load(d, s) for s, d in dirs.items()}
   metadata.check_compatible(metas["offline"], metas["production"])

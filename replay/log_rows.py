@@ -50,7 +50,7 @@ class LogRows:
   """The stage rules of one logger (see the module docstring).
 
   columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event_time_column;
-  aggregates: the windowed aggregate names; profile: a transforms.profile Profile; pii: whether
+  aggregates: the windowed aggregate names; profile: a transforms.spec.profile Profile; pii: whether
   the log holds PII (parse reasons then leave out the cell text); layer: the transform_fn's
   tft transform_features_layer(); features: the transformed feature names, sorted;
   transform_batch_size: records per TFT call.

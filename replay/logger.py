@@ -6,7 +6,7 @@ and, optionally, its watermark. Every `batch_size` records (and on flush / close
 goes through the rules of pipelines.features -- the rule functions of transforms/ applied to a
 small Arrow table -- and the TF Transform graph of a written transform_fn
 (tft.TFTransformOutput), while every fingerprint is computed with the per-record coding
-(transforms.fingerprint.fingerprint_record): a production log equal to the offline one also
+(transforms.spec.fingerprint.fingerprint_record): a production log equal to the offline one also
 holds the two codings together. Those stage rules are replay.log_rows.LogRows; this module
 owns the threads, part files, run metadata and resume. Rows of the offline feature-log schema
 are appended as one Parquet part per bucket per flush

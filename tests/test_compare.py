@@ -353,7 +353,8 @@ def test_numeric_nan_and_infinities_are_bins_of_their_own():
 
 # --------------------------------------------------------------------------- metadata
 def meta(**changes):
-  m = {"format": run_metadata.FORMAT, "transform_module": "transforms.taxi", "runner": "DirectRunner",
+  m = {"format": run_metadata.FORMAT, "transform_module": "transforms.taxi",
+       "runner": "DirectRunner",
        "profile": {"windowing": {"type": "fixed", "size_seconds": 3600, "offset_seconds": 0},
                    "sharding": {"num_shards": 4, "hash_seed": 0},
                    "serialization": {"format": "tfrecord", "float_dtype": "float32"},

@@ -137,7 +137,8 @@ def _built(job, runner_flags, tmp_path, ingest_dir, features_dir):
     options, _, _ = common.job_options(argv, diff.DiffOptions, True)
     plan = diff.plan_diff(common.flags_of(diff.DiffFlags, options, diff.DiffOptions))
     assert plan.tasks
-    return diff.build_pipeline(plan, options, str(tmp_path / "d" / "report.json"))
+    return diff.build_pipeline(plan, options, str(tmp_path / "d" / "report.json"),
+                               str(tmp_path / "d" / "errors"))
   if job == "ingest":
     argv = ["--input", TAXI_CSV, "--output_dir", str(tmp_path / "i"), "--schema", TAXI_SCHEMA,
             "--num_shards", "4"] + runner_flags

@@ -1,4 +1,4 @@
-"""The distribution setup.py builds works outside the source tree, and the Dataflow image carries it.
+"""The distribution setup.py builds works outside the source tree; the Dataflow image carries it.
 
 Dataflow stages setup.py as an sdist (`python setup.py sdist`, Beam's stager without the `build`
 module) that workers install; the Flex Template image installs the copied source with pip. So the
@@ -33,7 +33,8 @@ TIMEOUT = 300
 
 @pytest.fixture(scope="module")
 def setup_dist():
-  """setup.py's Distribution as configured (packages, package data, pins), without building."""
+  """setup.py's Distribution as configured (packages, package data, pins), without building:
+  distutils' run_setup stopped after init (setuptools vendors distutils for Python 3.12+)."""
   cwd = os.getcwd()
   os.chdir(ROOT)  # find_packages() searches the current folder, as on Beam's stager
   try:
@@ -49,8 +50,10 @@ def _roots(packages):
 def _run(args, **kwargs):
   proc = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT, check=False,
                         **kwargs)
-  assert proc.returncode == 0, f"{shlex.join(args)} -> {proc.returncode}\n{proc.stdout[-3000:]}" \
-                               f"\n{proc.stderr[-3000:]}"
+  command = shlex.join(args)
+  command = command if len(command) < 400 else command[:400] + " ..."
+  assert proc.returncode == 0, \
+      f"{command} -> exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
   return proc
 
 
@@ -141,15 +144,6 @@ def test_installed_wheel_runs_the_chain_outside_the_source_tree(wheel, tmp_path)
   env = dict(os.environ, PYTHONPATH=str(site), PYTHONHASHSEED="0", TF_CPP_MIN_LOG_LEVEL="2",
              PYTHONNOUSERSITE="1")
 
-  modules = _modules(names)
-  probe = json.loads(_run([sys.executable, "-c", PROBE, json.dumps(modules)], cwd=work,
-                          env=env).stdout)
-  assert sorted(probe["origins"]) == modules
-  outside = {m: o for m, o in probe["origins"].items()
-             if not (o or "").startswith(str(site) + os.sep)}
-  assert not outside, f"imported from elsewhere than the install {site}: {outside}"
-  assert all(probe["schemas"].values()), probe["schemas"]
-
   def skewtrace(*args):
     return _run([str(script), *map(str, args)], cwd=work, env=env)
 
@@ -161,9 +155,19 @@ def test_installed_wheel_runs_the_chain_outside_the_source_tree(wheel, tmp_path)
   skewtrace("features", "--input_dir", ingest, "--output_dir", offline, "--transform_module",
             "transforms.taxi", "--profile", os.path.join(ROOT, "profiles", "offline.yaml"))
   metadata = json.loads((offline / "run_metadata.json").read_text(encoding="utf-8"))
-  assert "transforms.taxi" in json.dumps(metadata)
+  assert metadata["transform_module"] == "transforms.taxi"
   skewtrace("diff", "--offline", offline, "--production", offline, "--output_dir", diff)
   assert (diff / "report.json").is_file()
+
+  # Same environment, same kind of working folder: where each module of the wheel comes from.
+  modules = _modules(names)
+  probe = json.loads(_run([sys.executable, "-c", PROBE, json.dumps(modules)], cwd=work,
+                          env=env).stdout)
+  assert sorted(probe["origins"]) == modules
+  outside = {m: o for m, o in probe["origins"].items()
+             if not (o or "").startswith(str(site) + os.sep)}
+  assert not outside, f"resolved elsewhere than the install {site}: {outside}"
+  assert all(probe["schemas"].values()), probe["schemas"]
 
 
 def _instructions(path):
@@ -178,13 +182,15 @@ def _instructions(path):
   return out
 
 
-def _copy_sources(rest):
-  """The build-context sources of a COPY (None for COPY --from=stage), trailing slashes dropped."""
+def _copies(rest, workdir):
+  """(source, destination relative to workdir) of a COPY from the build context; [] for --from."""
   words = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
   if any(w.startswith("--from") for w in words):
-    return None
+    return []
   words = [w for w in words if not w.startswith("--")]
-  return [os.path.normpath(w) for w in words[:-1]]
+  dest = os.path.normpath(os.path.relpath(words[-1], workdir) if os.path.isabs(words[-1])
+                          else words[-1])
+  return [(os.path.normpath(w), dest) for w in words[:-1]]
 
 
 def test_dataflow_image_copies_every_package_before_installing_it(setup_dist):
@@ -192,15 +198,23 @@ def test_dataflow_image_copies_every_package_before_installing_it(setup_dist):
   last_from = max(i for i, (k, _) in enumerate(steps) if k == "FROM")
   stage = steps[last_from:]
   install = next(i for i, (k, rest) in enumerate(stage) if k == "RUN" and "pip install" in rest)
-  copied = set()
+  # `pip install .` in the WORKDIR the sources were copied into: the image holds the package
+  # with its package data, as a wheel would.
+  assert re.search(r"pip install [^&;|]*\s\.(\s|$)", stage[install][1]), stage[install]
+  workdir, copied = "/", set()
   for keyword, rest in stage[:install]:
-    if keyword in ("COPY", "ADD"):
-      copied.update(_copy_sources(rest) or [])
-  wanted = {"setup.py", *_roots(setup_dist.packages)}
-  assert wanted <= copied or "." in copied, f"not copied before pip install: {wanted - copied}"
+    if keyword == "WORKDIR":
+      workdir = os.path.join(workdir, rest)
+    elif keyword in ("COPY", "ADD"):
+      copied.update(_copies(rest, workdir))
+  # A folder lands under its own name (`COPY transforms transforms`), a file in the workdir.
+  wanted = {(p, p) for p in _roots(setup_dist.packages)} | {("setup.py", ".")}
+  missing = {(src, dest) for src, dest in wanted
+             if (src, dest) not in copied and (".", ".") not in copied
+             and not (dest == "." and (src, src) in copied)}
+  assert not missing, f"not copied into {workdir} before pip install: {sorted(missing)}"
 
   env = dict(re.match(r"(\S+?)=(\S+)", rest).groups() for k, rest in stage if k == "ENV")
-  workdir = next(rest for k, rest in stage if k == "WORKDIR")
   py_file = os.path.relpath(env["FLEX_TEMPLATE_PYTHON_PY_FILE"], workdir)
   assert py_file == os.path.join("pipelines", "features.py")
   assert os.path.isfile(os.path.join(ROOT, py_file))

@@ -10,8 +10,9 @@ the estimate from the batch's buffer sizes and, where a runner really moves a ba
 stages or workers, encodes it as one Arrow IPC stream message (decoded zero-copy).
 
 Steps whose outputs are RecordBatches declare `.with_output_types(pa.RecordBatch)`; importing
-this module (transforms/__init__.py does) registers the coder for that type, and TableCoder,
-the same for whole pa.Table elements (`.with_output_types(pa.Table)`), for pa.Table.
+this module registers the coder for that type (every module declaring such outputs imports it),
+and TableCoder, the same for whole pa.Table elements (`.with_output_types(pa.Table)`), for
+pa.Table.
 """
 import apache_beam as beam
 import pyarrow as pa

@@ -9,7 +9,7 @@ offline pipeline and the production logger:
     subtracted by scale_to_z_score, `bucketize_apply_buckets` the bucket boundaries), with
     TensorFlow's unique-id suffixes removed and duplicates numbered in order.
   - vocabularies are asset files: `vocabulary/<file name>`, fingerprinted over the file bytes.
-Each output's fingerprint is transforms.fingerprint of {"dtype", "shape", "value"} (numeric) or
+Each output's fingerprint is transforms.spec.fingerprint of {"dtype", "shape", "value"} (numeric) or
 {"value": file bytes} (vocabulary); `fingerprint` covers all of them (by name), and
 `definition` only their names, dtypes and shapes -- what the preprocessing_fn declares, not
 what the data gave. A diff tells "analyzed on other data" (values differ, definition equal)

@@ -25,9 +25,10 @@ from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
 __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
            "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON", "HEAD",
            "STAGE_COLUMNS", "fp_column", "value_column", "feature_fp_column", "feature_of",
-           "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns", "log_hash", "bucket_of",
-           "buckets_of", "bucket_path", "bucket_glob", "part_path", "is_part_file",
-           "transformed_path", "passthrough_columns", "passthrough_types", "stage_digests"]
+           "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
+           "log_hash", "bucket_of", "buckets_of", "bucket_path", "bucket_glob", "part_path",
+           "is_part_file", "transformed_path", "passthrough_columns", "passthrough_types",
+           "stage_digests"]
 
 LOG_DIR, TRANSFORMED_DIR, TRANSFORM_FN_DIR = "feature_log", "transformed", "transform_fn"
 LOG_SEED = 0x5EED

@@ -2,6 +2,7 @@
 import apache_beam as beam
 import pyarrow as pa
 
+from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.ahead import AheadDoFn
 from transforms.spec.serialize import serialize_batch
 
