@@ -33,6 +33,7 @@ from transforms.graph.feed import passthrough_keys, to_tft_batch
 from transforms.spec import feature_log, run_metadata, schema
 from transforms.spec import profile as profiles
 from transforms.spec.stages import STAGES, value_columns as stage_value_columns
+from transforms.spec.window import check_aggregates
 from transforms.stages.serialize_records import SerializeRecords
 from transforms.stages.shard_records import ShardRecords
 from transforms.stages.transform_records import TransformRecords
@@ -124,6 +125,10 @@ def load_profile_and_module(profile_path, module_name):
   for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
     if not hasattr(module, attr):
       raise common.UsageError(f"--transform_module {module_name} lacks {attr}")
+  try:
+    check_aggregates(module.WINDOWED_AGGREGATES)
+  except ValueError as e:
+    raise common.UsageError(f"--transform_module {module_name}: {e}") from None
   return prof, module
 
 

@@ -115,3 +115,12 @@ def test_no_module_is_over_400_lines():
 def test_transforms_package_has_no_side_effects():
   source = open(MODULES["transforms"], encoding="utf-8").read()
   assert not [n for n in ast.parse(source).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def test_each_stage_module_holds_the_composite_it_is_named_for():
+  import apache_beam as beam
+  for name in sorted(m for m in MODULES if m.startswith("transforms.stages.")):
+    module = importlib.import_module(name)
+    composite = "".join(w.capitalize() for w in name.rsplit(".", 1)[1].split("_"))
+    assert issubclass(getattr(module, composite), beam.PTransform), name
+    assert composite in module.__all__, name

@@ -216,3 +216,22 @@ def test_features_accepts_a_module_declaring_the_datasets_key(keyed_dataset, tmp
   plan_module = features.load_profile_and_module(
       os.path.join(ROOT, "profiles", "offline.yaml"), module)[1]
   features._check_key_columns(plan_module, module, ["trip_id"])  # no error
+
+
+@pytest.mark.parametrize("aggregates,message", [
+    ('[{"name": "n", "group_by": "g", "fn": "sum"}]', "aggregate 'n': fn 'sum' is not one of count"),
+    ('[{"name": "n", "fn": "count"}]', "aggregate 'n' has no group_by"),
+    ('{"name": "n"}', "WINDOWED_AGGREGATES must be a list, got dict"),
+    ('["n"]', "aggregate 0 must be a mapping with name, group_by and fn")])
+def test_a_bad_windowed_aggregate_is_a_one_line_usage_error(tmp_path, monkeypatch, aggregates,
+                                                            message):
+  from pipelines import common, features
+  (tmp_path / "bad_aggregates.py").write_text(
+      "from transforms.features.taxi import EVENT_TIME_COLUMN, preprocessing_fn\n"
+      f"WINDOWED_AGGREGATES = {aggregates}\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "bad_aggregates", raising=False)
+  with pytest.raises(common.UsageError) as e:
+    features.load_profile_and_module(os.path.join(ROOT, "profiles", "offline.yaml"),
+                                     "bad_aggregates")
+  assert str(e.value) == f"--transform_module bad_aggregates: {message}"

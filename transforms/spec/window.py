@@ -19,7 +19,25 @@ from transforms.spec import fingerprint
 from transforms.spec.stages import DROP_REASON, WINDOW, WINDOW_END, WINDOW_FP, WINDOW_START
 
 __all__ = ["assign_windows", "window_counts", "sum_counts", "join_counts", "window_fingerprints",
-           "NO_COUNTS"]
+           "check_aggregates", "AGGREGATE_FNS", "NO_COUNTS"]
+
+AGGREGATE_FNS = ("count",)  # the windowed aggregate functions there are
+
+
+def check_aggregates(aggregates):
+  """ValueError naming the first aggregate that is not {"name": str, "group_by": str, "fn": one
+  of AGGREGATE_FNS}."""
+  if not isinstance(aggregates, (list, tuple)):
+    raise ValueError(f"WINDOWED_AGGREGATES must be a list, got {type(aggregates).__name__}")
+  for i, agg in enumerate(aggregates):
+    if not isinstance(agg, dict):
+      raise ValueError(f"aggregate {i} must be a mapping with name, group_by and fn")
+    for field in ("name", "group_by"):
+      if not isinstance(agg.get(field), str) or not agg[field]:
+        raise ValueError(f"aggregate {agg.get('name', i)!r} has no {field}")
+    if agg.get("fn") not in AGGREGATE_FNS:
+      raise ValueError(f"aggregate {agg['name']!r}: fn {agg.get('fn')!r} is not one of "
+                       f"{', '.join(AGGREGATE_FNS)}")
 
 
 def assign_windows(batch, event_column, profile, watermark):

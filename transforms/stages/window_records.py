@@ -8,8 +8,8 @@ import pyarrow.compute as pc
 
 from transforms.beam.ahead import AheadDoFn
 from transforms.beam.arrow_coder import TableCoder
-from transforms.spec.window import (assign_windows, join_counts, sum_counts, window_counts,
-                                    window_fingerprints)
+from transforms.spec.window import (assign_windows, check_aggregates, join_counts, sum_counts,
+                                    window_counts, window_fingerprints)
 
 __all__ = ["WindowRecords", "SumCounts", "DROPPED"]
 
@@ -87,9 +87,7 @@ class WindowRecords(beam.PTransform):
 
   def expand(self, pcolls):
     batches, count_batches = pcolls if isinstance(pcolls, tuple) else (pcolls, None)
-    for agg in self._aggregates:
-      if agg.get("fn") != "count":
-        raise ValueError(f"aggregate {agg.get('name')!r}: only fn 'count' is supported")
+    check_aggregates(self._aggregates)
     timing = batches if count_batches is None else count_batches
     if self._profile.allowed_lateness is None:  # no record can be late: no watermark needed
       watermark = None
