@@ -1,16 +1,19 @@
-"""Column types: TFMD schema I/O, deterministic inference, and typing of binary CSV columns.
+"""Column types: TFMD schema I/O, deterministic inference, and typing of any source's columns.
 
 A dataset's schema is an ordered list of (name, type) with type INT (int64), FLOAT (float64)
 or BYTES (UTF-8 text). It comes from a TFMD schema pbtxt when given, otherwise it is inferred
 over the whole input: INT if every present value parses as int64, else FLOAT if every present
 value parses as float64, else BYTES (also for a column with no present value). Parsing is
-pyarrow's cast from text, so inference and typing accept exactly the same literals.
+pyarrow's cast from text, so inference and typing accept the same literals; typing reads the
+canonical text of spec/values.py, so every source (CSV, JSON, Parquet, tf.Example) types alike.
 """
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
+
+from transforms.spec import values
 
 __all__ = ["INT", "FLOAT", "BYTES", "ARROW_TYPES", "load_tfmd", "to_tfmd", "to_tfmd_text",
            "type_column", "type_flags", "merge_flags", "infer_types", "SchemaError"]
@@ -71,15 +74,23 @@ def _bad_positions(arr, target):
       [mid + i for i in _bad_positions(arr.slice(mid), target)]
 
 
-def type_column(binary, typ):
-  """Casts a binary (UTF-8 validated) column to typ. Returns (typed array, bad row indices).
+def type_column(column, typ):
+  """Types a column of any scalar Arrow type (CSV's UTF-8-validated binary, JSON, Parquet,
+  tf.Example values) to typ. Returns (typed array, bad row indices).
 
-  Bad rows become null in the typed array; the caller rejects them.
+  INT and FLOAT are cast from the canonical text (spec/values.py), so every source types alike:
+  "1.50", 1.5 and float32 1.5 are the FLOAT 1.5, and a zoned ISO-8601 instant is the INT of its
+  Unix seconds. BYTES keeps a text's own text and other values' canonical text. Bad rows become
+  null in the typed array; the caller rejects them.
   """
-  text = binary.view(pa.string()) if pa.types.is_binary(binary.type) else \
-      binary.cast(pa.string())
   if typ == BYTES:
+    text = values.source_text(column)
+    if not pa.types.is_string(text.type):
+      text = text.cast(pa.string())  # CSV binary is UTF-8-validated by its reader
     return text, np.zeros(0, dtype=np.int64)
+  text = values.canonical_text(column)
+  if not pa.types.is_string(text.type):
+    text = text.cast(pa.string())
   target = ARROW_TYPES[typ]
   try:
     return text.cast(target), np.zeros(0, dtype=np.int64)
@@ -103,15 +114,32 @@ def _casts(text, target):
 def type_flags(batch, names):
   """Per column: [has a present value, all present values parse as INT, ... as FLOAT].
 
+  Text is judged by its own text ("12.0" is FLOAT, an ISO instant is BYTES), floats are FLOAT
+  whatever their values, other typed values by their canonical text (spec/values.py).
   Flags of several batches combine with merge_flags (or / and / and).
   """
   out = {}
   for name in names:
-    col = batch.column(name)
-    text = col.drop_null().view(pa.string())
+    col = batch.column(name).drop_null()
+    present = len(col) > 0
+    if pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
+      out[name] = [present, False, True]
+      continue
+    text = values.source_text(col) if _is_text(col.type) else values.canonical_text(col)
+    if not pa.types.is_string(text.type):
+      try:
+        text = text.cast(pa.string())
+      except pa.ArrowInvalid:  # bytes that are not UTF-8: only BYTES fits
+        out[name] = [present, False, False]
+        continue
     is_int = _casts(text, pa.int64())
-    out[name] = [len(text) > 0, is_int, is_int or _casts(text, pa.float64())]
+    out[name] = [present, is_int, is_int or _casts(text, pa.float64())]
   return out
+
+
+def _is_text(typ):
+  return pa.types.is_string(typ) or pa.types.is_large_string(typ) or \
+      pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
 
 
 def merge_flags(a, b):

@@ -86,6 +86,7 @@ PARSE = Stage("parse", PARSE_FP, (COLUMNS,), reasons=(
 WINDOW = Stage("window", WINDOW_FP, (WINDOW_START, WINDOW_END, AGGREGATES), reasons=(
     ("late", "late: window end + allowed lateness <= watermark"),
     ("no_event_time", "missing event time"),
+    ("bad_event_time", "event time is not an instant of the declared EVENT_TIME_FORMAT"),
 ))
 SHARD = Stage("shard", SHARD_FP, (SHARD_ID, KEY))
 SERIALIZE = Stage("serialize", SERIALIZE_FP, (VALUES,))

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.spec import fingerprint
+from transforms.spec import event_time, fingerprint
 from transforms.spec.stages import DROP_REASON, WINDOW, WINDOW_END, WINDOW_FP, WINDOW_START
 
 __all__ = ["assign_windows", "window_counts", "sum_counts", "join_counts", "window_fingerprints",
@@ -40,11 +40,12 @@ def check_aggregates(aggregates):
                        f"{', '.join(AGGREGATE_FNS)}")
 
 
-def assign_windows(batch, event_column, profile, watermark):
-  """(kept batch + WINDOW_START/END, dropped batch + DROP_REASON), vectorised."""
-  t_arr = batch.column(event_column)
-  has_t = t_arr.is_valid().to_numpy(zero_copy_only=False)
-  t = t_arr.fill_null(0).cast(pa.int64()).to_numpy()
+def assign_windows(batch, event_column, profile, watermark, event_format=event_time.DEFAULT_FORMAT,
+                   event_zone=event_time.DEFAULT_ZONE):
+  """(kept batch + WINDOW_START/END, dropped batch + DROP_REASON), vectorised. The event time
+  is read in its declared format and normalised to Unix seconds (spec/event_time.py); the
+  watermark is in Unix seconds."""
+  t, has_t, bad_t = event_time.to_seconds(batch.column(event_column), event_format, event_zone)
   period, size, offset = profile.window_period, profile.window_size, profile.window_offset
   if profile.window_type == "fixed":
     start = offset + np.floor_divide(t - offset, size) * size
@@ -63,7 +64,9 @@ def assign_windows(batch, event_column, profile, watermark):
     kept, dropped = batch.filter(pa.array(keep)), batch.filter(pa.array(~keep))
     kept = kept.append_column(WINDOW_START, pa.array(start[keep])) \
         .append_column(WINDOW_END, pa.array(end[keep]))
-  reasons = np.where(has_t[~keep], WINDOW.reason("late"), WINDOW.reason("no_event_time"))
+  reasons = np.where(has_t[~keep], WINDOW.reason("late"),
+                     np.where(bad_t[~keep], WINDOW.reason("bad_event_time"),
+                              WINDOW.reason("no_event_time")))
   dropped = dropped.append_column(DROP_REASON, pa.array(reasons, pa.string()))
   return kept, dropped
 

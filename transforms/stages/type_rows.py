@@ -1,4 +1,5 @@
-"""TypeRows: binary CSV batches -> typed batches (int64 / float64 / string), rejecting misfits."""
+"""TypeRows: read batches (CSV binary or typed source columns) -> typed batches (int64 / float64 /
+string), rejecting misfits."""
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -6,6 +7,7 @@ import pyarrow as pa
 from transforms.codec import csv_records
 from transforms.spec import fingerprint
 from transforms.spec import schema
+from transforms.spec import values
 from transforms.spec.dataset import rejected_row
 from transforms.spec.stages import PARSE, RAW, RAW_FP
 from transforms.stages.read_csv import REJECTED
@@ -43,18 +45,25 @@ def type_batch(batch, columns, paths, required=()):
       for i in bad:
         reasons.setdefault(int(i), []).append(
             PARSE.reason("key_missing", name=name) if typ is None else
-            PARSE.reason("not_type", name=name, text=col[int(i)].as_py().decode("utf-8"),
-                         type=typ))
+            PARSE.reason("not_type", name=name, text=_cell_text(col, int(i)), type=typ))
     for i in sorted(reasons):
       rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py().rstrip(b"\r\n"),
                                    "; ".join(reasons[i])))
   keep = pa.array(~bad_rows)
-  # The raw-stage fingerprint: the source text of each cell (null when empty), before typing.
-  raw_fp = fingerprint.fingerprint_batch(
-      batch, fields=RAW.fingerprint_fields(columns=[name for name, _ in columns]))
+  # The raw-stage fingerprint: each cell's canonical text (spec/values.py), before typing.
+  names = [name for name, _ in columns]
+  canonical = pa.RecordBatch.from_arrays([values.canonical_text(batch.column(n)) for n in names],
+                                         names=names)
+  raw_fp = fingerprint.fingerprint_batch(canonical, fields=RAW.fingerprint_fields(columns=names))
   out = pa.RecordBatch.from_arrays(typed + [pa.array(raw_fp)],
                                    names=[name for name, _ in columns] + [RAW_FP])
   return (out.filter(keep) if bad_rows.any() else out), rejected
+
+
+def _cell_text(column, i):
+  """The source's text of one cell, for a rejection reason."""
+  value = values.source_text(column.slice(i, 1))[0].as_py()
+  return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 class _TypeFn(beam.DoFn):
