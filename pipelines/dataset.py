@@ -5,7 +5,7 @@ import os
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.codec import csv_records
+from transforms.codec import csv_records, sources
 from transforms.spec import fingerprint, schema
 from transforms.spec.dataset import FORMATS, MANIFEST, MANIFEST_FORMAT, REJECTED_PATH, SCHEMA_FILE
 from transforms.spec.errors import DataError, UsageError
@@ -13,7 +13,7 @@ from transforms.spec.errors import DataError, UsageError
 __all__ = ["match_inputs", "read_header", "read_text", "describe_file", "check_output_dir",
            "publish", "remove_tree", "move_tree", "write_atomically", "top_entries",
            "refuse_foreign_entries", "summary",
-           "load_manifest", "MANIFEST", "RESULTS",
+           "load_manifest", "read_columns", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
 
 RESULTS = "_results.json"  # the job's counts, in its temp folder
@@ -40,14 +40,24 @@ def _is_dir(path):
 
 
 def read_header(path):
-  """The header of a CSV file, or None when the file holds no record at all."""
-  with FileSystems.open(path, compression_type="uncompressed") as f:
+  """The header of a CSV file (plain or .gz), or None when the file holds no record at all."""
+  with FileSystems.open(path) as f:
     for block in csv_records.iter_blocks(f, 1 << 16):
       try:
         return csv_records.parse_header(block)
       except csv_records.HeaderError as e:
         raise UsageError(f"{path}: {e}") from None
   return None
+
+
+def read_columns(path, options):
+  """The columns of the first record of a JSON Lines, Parquet or TFRecord file (plain or .gz),
+  or None when it holds no record."""
+  try:
+    with FileSystems.open(path) as f:
+      return sources.column_names(f, path, options)
+  except sources.SourceError as e:
+    raise UsageError(str(e)) from None
 
 
 def read_text(path, flag):
@@ -203,6 +213,7 @@ def publish(plan, versions):
       "inputs": list(plan.inputs),
       "versions": versions,
       "options": options,
+      "coverage": plan.coverage,
   }
   write_atomically(_join(out, MANIFEST),
                     (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"))

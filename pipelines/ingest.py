@@ -1,14 +1,20 @@
-"""Ingest: headed CSV -> deterministic sharded TFRecord (tf.Example) + Parquet, manifest, dead letters.
+"""Ingest: headed CSV or a serving log (JSON Lines, Parquet, tf.Example TFRecord; plain or gzip)
+-> deterministic sharded TFRecord (tf.Example) + Parquet, manifest, dead letters.
 
 DirectRunner:
   python -m pipelines.ingest --input 'data/chicago_taxi/*.csv' --output_dir out/ingest \
       --schema data/chicago_taxi/schema.pbtxt --num_shards 4
+  python -m pipelines.ingest --input 'capture/*.jsonl' --preset sagemaker \
+      --schema data/chicago_taxi/schema.pbtxt --output_dir out/serving
 Dataflow:
   python -m pipelines.ingest --input 'gs://B/raw/*.csv' --output_dir gs://B/ingest \
       --runner DataflowRunner --project P --region R --temp_location gs://B/tmp \
       --setup_file ./setup.py
 
-The same input and flags give byte-identical shards on every runner and parallelism: rows go
+Every source's values are read through one canonical value model (transforms/spec/values.py),
+so the same records as CSV text, JSON values, Parquet columns or tf.Example features give the
+same raw and parse fingerprints. The same input and flags give byte-identical shards on every
+runner and parallelism: rows go
 to shard XXH64(key) mod N and are sorted by (key, fingerprint) inside it. Outputs are written
 under a temporary folder and renamed into place; manifest.json is written last.
 """
@@ -24,12 +30,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from transforms.spec import schema
-from transforms.spec.dataset import FORMATS
+from transforms.spec.dataset import COVERAGE_KINDS, FORMATS, coverage_entry
 from transforms.spec.stages import RESERVED
 from transforms.stages.infer_types import InferTypes
 from transforms.stages.key_rows import KeyRows
 from transforms.beam.progress import Progress
-from transforms.stages.read_csv import READ, REJECTED, ReadCsv
+from transforms.codec import sources
+from transforms.stages.read_records import READ, REJECTED, ReadRecords
 from transforms.stages.type_rows import TypeRows
 from transforms.stages.write_rejected import WriteRejected
 from transforms.stages.write_shards import WriteShards
@@ -45,7 +52,26 @@ class IngestOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    parser.add_argument("--input", help="CSV path or glob; several separated by commas.")
+    parser.add_argument("--input", help="Input path or glob; several separated by commas.")
+    parser.add_argument("--input_format", default="", choices=("",) + sources.FORMATS,
+                        help="csv, jsonl, parquet or tfrecord; default: from the file "
+                             "extension (.gz stripped first).")
+    parser.add_argument("--record_path", default="",
+                        help="Dotted keys to the record(s) in each JSON line (or payload); a "
+                             "list there yields one record per element.")
+    parser.add_argument("--preset", default="", choices=("",) + sources.PRESETS,
+                        help="A request-logging shape: sagemaker (Data Capture) or vertex "
+                             "(request-response logging exported from BigQuery).")
+    parser.add_argument("--coverage", default="all", choices=COVERAGE_KINDS,
+                        help="What traffic the input holds: all, or partial (a sampled serving "
+                             "log); the diff counts offline records a partial log never saw as "
+                             "not_served.")
+    parser.add_argument("--sampling_rate", type=float, default=None,
+                        help="The fraction of traffic a partial log holds, when known "
+                             "(recorded; implies --coverage partial when below 1).")
+    parser.add_argument("--envelope", default="",
+                        help="Extra columns from each JSON line: NAME=dotted.path,... (e.g. "
+                             "event_time=eventMetadata.inferenceTime).")
     parser.add_argument("--num_shards", type=int, default=0,
                         help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",
@@ -79,7 +105,44 @@ class IngestOptions(PipelineOptions):
       raise common.UsageError("--num_shards must be >= 0")
     if flags.csv_block_bytes < 1024:
       raise common.UsageError("--csv_block_bytes must be >= 1024")
-    return formats
+    try:
+      coverage = coverage_entry(
+          "partial" if flags.sampling_rate is not None and flags.sampling_rate < 1
+          else flags.coverage, flags.sampling_rate)
+    except ValueError as e:
+      raise common.UsageError(f"--coverage/--sampling_rate: {e}") from None
+    for item in _items(flags.envelope):
+      name, _, path = item.partition("=")
+      if not name.strip() or not path.strip():
+        raise common.UsageError(f"--envelope wants NAME=dotted.path items, got {item!r}")
+    return formats, coverage
+
+
+def _items(text):
+  return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _source_options(opts, paths, payload_names):
+  """The SourceOptions of the run: one format for all inputs (given, or from the extensions)."""
+  fmt = opts.input_format
+  if not fmt:
+    try:
+      found = sorted({sources.infer_format(p) for p in paths})
+    except sources.SourceError as e:
+      raise common.UsageError(f"{e}; pass --input_format") from None
+    if len(found) > 1:
+      raise common.UsageError(f"inputs mix formats ({', '.join(found)}); ingest one format "
+                              "per run")
+    fmt = found[0]
+  if fmt != "jsonl" and (opts.record_path or opts.preset or opts.envelope):
+    raise common.UsageError("--record_path, --preset and --envelope apply to JSON Lines input "
+                            f"only (input format: {fmt})")
+  envelope = tuple((n.strip(), p.strip()) for n, _, p in
+                   (item.partition("=") for item in _items(opts.envelope)))
+  record_path = tuple(k for k in opts.record_path.split(".") if k) if opts.record_path else ()
+  return sources.SourceOptions(format=fmt, record_path=record_path, preset=opts.preset or None,
+                               envelope=envelope, payload_names=tuple(payload_names),
+                               block_bytes=opts.csv_block_bytes)
 
 
 IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)
@@ -89,7 +152,8 @@ IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)
 class IngestPlan:
   """What an ingest run does, checked before anything is written (plan_ingest)."""
   paths: tuple            # input files, sorted
-  names: tuple            # the header's column names
+  source: object          # the inputs' sources.SourceOptions (format, record path, preset)
+  names: tuple            # the columns: the CSV header, or the first record's
   columns: tuple | None   # ((name, type), ...) from --schema; None: inferred by the job
   schema_info: dict       # the manifest's schema source
   key_columns: tuple
@@ -101,6 +165,7 @@ class IngestPlan:
   output_dir: str
   temp_dir: str           # where the job writes before the outputs are moved into place
   recorded: dict          # the flags that define the dataset, as the manifest records them
+  coverage: dict          # what traffic the input holds (spec/dataset.coverage_entry)
 
 
 class Ingest(beam.PTransform):
@@ -112,9 +177,9 @@ class Ingest(beam.PTransform):
 
   def expand(self, files):
     plan = self._plan
-    raw = files | "ReadCsv" >> ReadCsv(plan.names, plan.block_bytes)
+    raw = files | "ReadRecords" >> ReadRecords(plan.names, plan.source)
     if plan.columns is None:
-      columns = (files | "ReadForTypes" >> ReadCsv(plan.names, plan.block_bytes)).rows \
+      columns = (files | "ReadForTypes" >> ReadRecords(plan.names, plan.source)).rows \
           | "InferTypes" >> InferTypes(plan.names)
     else:
       columns = plan.columns
@@ -150,12 +215,55 @@ def _write_results(temp_dir, infos, read, rejected, columns):
 
 def plan_ingest(opts):
   """The IngestPlan of IngestFlags `opts`: flags and inputs checked before anything is written."""
-  formats = IngestOptions.check(opts)
+  formats, coverage = IngestOptions.check(opts)
   output_dir = opts.output_dir
   paths = dataset.match_inputs(opts.input)
-  names, headers = None, {}
-  for path in paths:
-    headers[path] = dataset.read_header(path)
+  schema_text = dataset.read_text(opts.schema, "--schema") if opts.schema else None
+  types = None
+  if schema_text is not None:
+    try:
+      types = schema.load_tfmd(schema_text[0])
+    except schema.SchemaError as e:
+      raise common.UsageError(f"--schema {opts.schema}: {e}") from None
+  source = _source_options(opts, paths, list(types) if types else ())
+  names = _column_names(paths, source)
+  reserved = sorted(RESERVED.intersection(names))
+  if reserved:
+    raise common.UsageError(f"column name(s) reserved by skewtrace: {', '.join(reserved)}")
+  key_columns = [c.strip() for c in opts.key_columns.split(",") if c.strip()]
+  unknown = [c for c in key_columns if c not in names]
+  if unknown:
+    raise common.UsageError(f"--key_columns not in the input's columns: {', '.join(unknown)}")
+  columns, schema_info = None, {"source": "inferred"}
+  if types is not None:
+    lacking = [n for n in types if n not in names]
+    if lacking:
+      raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}")
+    columns = [(n, types.get(n, schema.BYTES)) for n in names]
+    schema_info = {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
+  inputs = [dataset.describe_file(p) for p in paths]
+  num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
+                                                   / AUTO_SHARD_BYTES))
+  return IngestPlan(
+      paths=tuple(paths), source=source, names=tuple(names), columns=None if columns is None else tuple(columns),
+      schema_info=schema_info, key_columns=tuple(key_columns), formats=tuple(formats),
+      num_shards=num_shards, block_bytes=opts.csv_block_bytes, inputs=tuple(inputs),
+      compression=None if opts.parquet_compression == "none" else opts.parquet_compression,
+      output_dir=output_dir, temp_dir=FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}"),
+      recorded=_recorded_options(opts, num_shards, formats, key_columns, source),
+      coverage=coverage)
+
+
+def _column_names(paths, source):
+  """The dataset's columns: the CSV header (every headed file must agree), or the first
+  record's columns of the first file holding one (later records are checked as read)."""
+  if source.format != "csv":
+    for path in paths:
+      names = dataset.read_columns(path, source)
+      if names is not None:
+        return list(names)
+    raise common.UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
+  headers = {path: dataset.read_header(path) for path in paths}
   with_header = [p for p in paths if headers[p] is not None]
   if not with_header:
     raise common.UsageError(f"no header: no input file has a header row ({', '.join(paths)})")
@@ -164,43 +272,17 @@ def plan_ingest(opts):
     if headers[path] != names:
       raise common.UsageError(f"{path}: header {headers[path]} differs from {with_header[0]}: "
                               f"{names}")
-  reserved = sorted(RESERVED.intersection(names))
-  if reserved:
-    raise common.UsageError(f"column name(s) reserved by skewtrace: {', '.join(reserved)}")
-  key_columns = [c.strip() for c in opts.key_columns.split(",") if c.strip()]
-  unknown = [c for c in key_columns if c not in names]
-  if unknown:
-    raise common.UsageError(f"--key_columns not in the CSV header: {', '.join(unknown)}")
-  columns, schema_info = None, {"source": "inferred"}
-  if opts.schema:
-    text, digest = dataset.read_text(opts.schema, "--schema")
-    try:
-      types = schema.load_tfmd(text)
-    except schema.SchemaError as e:
-      raise common.UsageError(f"--schema {opts.schema}: {e}") from None
-    lacking = [n for n in types if n not in names]
-    if lacking:
-      raise common.UsageError(f"--schema names column(s) the CSV lacks: {', '.join(lacking)}")
-    columns = [(n, types.get(n, schema.BYTES)) for n in names]
-    schema_info = {"source": "file", "path": opts.schema, "sha256": digest}
-  inputs = [dataset.describe_file(p) for p in paths]
-  num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
-                                                   / AUTO_SHARD_BYTES))
-  return IngestPlan(
-      paths=tuple(paths), names=tuple(names), columns=None if columns is None else tuple(columns),
-      schema_info=schema_info, key_columns=tuple(key_columns), formats=tuple(formats),
-      num_shards=num_shards, block_bytes=opts.csv_block_bytes, inputs=tuple(inputs),
-      compression=None if opts.parquet_compression == "none" else opts.parquet_compression,
-      output_dir=output_dir, temp_dir=FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}"),
-      recorded=_recorded_options(opts, num_shards, formats, key_columns))
+  return names
 
 
-def _recorded_options(opts, num_shards, formats, key_columns):
+def _recorded_options(opts, num_shards, formats, key_columns, source):
   """The flags that define the dataset (not runner flags), as recorded in the manifest."""
   return {"input": opts.input, "num_shards": num_shards, "formats": list(formats),
           "key_columns": list(key_columns), "schema": opts.schema,
           "parquet_compression": opts.parquet_compression,
-          "max_rejected_fraction": opts.max_rejected_fraction}
+          "max_rejected_fraction": opts.max_rejected_fraction,
+          "input_format": source.format, "record_path": ".".join(source.record_path),
+          "preset": source.preset, "envelope": [list(e) for e in source.envelope]}
 
 
 def build_pipeline(plan, options):

@@ -2,7 +2,8 @@
 
 `compare_bucket(offline, production, context)` joins the bucket's offline and production rows
 by key (Arrow `index_in` / `is_in`, no per-row Python), classifies every key (matched, offline
-or production only with the other side's drop stage as the reason, dropped on both; a key
+or production only with the other side's drop stage as the reason, not served when production
+covers only part of the traffic and never saw the key, dropped on both; a key
 duplicated on either side excluded from both), and for matched keys compares the stage
 fingerprints in pipeline order and every transformed feature (fingerprint equality, then
 numeric tolerance) -- the semantics of docs/replay.md. The result is a `Partial`: counters,
@@ -31,7 +32,7 @@ __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_buck
 SIDES = ("offline", "production")
 COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "identical",
             "within_tolerance", "divergent", "duplicate_keys_offline",
-            "duplicate_keys_production")
+            "duplicate_keys_production", "not_served")
 SAMPLE_KINDS = ("divergent", "offline_only", "production_only", "duplicate_keys")
 _FEATURE_COUNTS = ("match", "mismatch", "within_tolerance", "offline_only", "production_only",
                    "delta_n")
@@ -44,6 +45,9 @@ class Context:
   transform_stage: str = "transform"  # first stage of a transform-only divergence
   analyze_match: bool = True          # the runs' analyze fingerprints are equal
   samples: int = 10
+  # The production side covers part of the traffic (a sample, some keys): an offline record
+  # whose key production never saw is not_served, not offline_only (docs/replay.md, "Scope").
+  partial_production: bool = False
 
 
 @dataclasses.dataclass
@@ -276,8 +280,12 @@ def compare_bucket(offline, production, context=Context()):
   # Offline rows kept there only: the reason is production's drop stage, or "absent".
   other = prod_stage.take(pa.array(j)) if len(pk) else pa.nulls(len(ok), pa.string())
   reasons = pc.if_else(pa.array(in_prod), other, pa.scalar(None, pa.string()))
-  _one_side(part, "offline", ok, reasons.fill_null("absent"), off_kept & ~matched,
-            context.samples)
+  offline_only = off_kept & ~matched
+  if context.partial_production:
+    unseen = offline_only & ~in_prod
+    rec["not_served"] = int(np.count_nonzero(unseen))
+    offline_only &= ~unseen
+  _one_side(part, "offline", ok, reasons.fill_null("absent"), offline_only, context.samples)
   # Production rows kept there only: matched keys offline dropped, then keys offline lacks.
   from_off = in_prod & ~off_kept & prod_kept_at
   lacking = ~prod_in_off & prod_kept

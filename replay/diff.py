@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common, dataset
 from replay import compare, metadata, model, render, tolerance as tolerances
 from transforms.spec import feature_log
+from transforms.spec.dataset import coverage_of
 
 __all__ = ["DiffOptions", "DiffFlags", "DiffPlan", "plan_diff", "build_pipeline", "run_job", "run",
            "METRICS_NAMESPACE"]
@@ -38,6 +39,7 @@ METRICS_NAMESPACE = "skewtrace.replay"
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 _ERRORS = "errors"  # the tag of the buckets that could not be read, and its file in the temp dir
 _OWN = {REPORT_JSON, REPORT_HTML}
+SCOPES = ("auto", "all", "production")
 
 
 class DiffOptions(PipelineOptions):
@@ -58,6 +60,10 @@ class DiffOptions(PipelineOptions):
                         help="Largest divergent fraction that still exits 0 (default 0).")
     parser.add_argument("--samples", type=int, default=10,
                         help="Samples kept per kind (divergent, one side only, duplicates).")
+    parser.add_argument("--scope", default="auto", choices=SCOPES,
+                        help="Which offline records production is expected to hold: all, or "
+                             "production (the keys it saw: the rest are not_served); auto: "
+                             "production when its log records partial coverage (a sample).")
     # --output_dir and --overwrite: common.OutputOptions.
 
   @staticmethod
@@ -89,6 +95,7 @@ class DiffPlan:
   max_divergent_fraction: float
   buckets_total: int
   causes: tuple             # suspected causes, sorted by stage
+  scope: str = "all"        # "production": offline records production never saw are not_served
 
 
 def _part_paths(task, side):
@@ -290,8 +297,11 @@ def plan_diff(opts):
   analyze_match = ao.get("fingerprint") == ap.get("fingerprint")
   stage = "analyze" if not analyze_match and ao.get("definition") == ap.get("definition") \
       else "transform"
+  scope = opts.scope if opts.scope != "auto" else \
+      ("production" if coverage_of(metas["production"])["kind"] == "partial" else "all")
   context = compare.Context(tolerance=tol, transform_stage=stage,
-                            analyze_match=analyze_match, samples=opts.samples)
+                            analyze_match=analyze_match, samples=opts.samples,
+                            partial_production=scope == "production")
   kinds = _feature_kinds(schemas)
   _check_tolerance_features(tol, dict(kinds))
   equal_partial = compare.empty(opts.samples)
@@ -303,13 +313,13 @@ def plan_diff(opts):
                   equal_partial=equal_partial, sides=sides, tolerance=tol,
                   max_divergent_fraction=frac, buckets_total=len(differing) + len(equal),
                   causes=tuple(metadata.suspected_causes(metas["offline"],
-                                                         metas["production"])))
+                                                         metas["production"])), scope=scope)
 
 
 def _build(plan, partial):
   return model.build_report(partial, plan.sides["offline"], plan.sides["production"],
                             plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
-                            plan.buckets_total).to_dict()
+                            plan.buckets_total, plan.scope).to_dict()
 
 
 def _read_json(path):

@@ -1,76 +1,158 @@
-"""LogRows: the production logger's per-batch stage rules: accepted records in, log rows out.
+"""LogRows: the production logger's stage rules: accepted records in, feature-log rows out.
 
 replay.logger.ProductionLogger owns the threads, part files and run metadata; this class owns
-what turns one batch of accepted records (record, aggregates, watermark) into log rows: the
-raw / parse / key / window / sampling / shard / serialize / transform stages, each by the rule
-objects and functions of transforms/spec (and the TFT feed of transforms/graph) that
-pipelines.features uses, with every fingerprint computed by the per-record coding
-(transforms.spec.fingerprint.fingerprint_record). Kept apart so the stage rules
-read as one unit and the state they carry across batches is explicit: the content-key ordinals,
-the input's content digest and the sampled-out count (the logger restores the first two on
-resume). Not thread-safe: the caller serialises calls to rows() (ProductionLogger holds its
-flush lock). docs/logger.md.
+what a record must be to be accepted (accept: its columns, value types and aggregates, checked
+on the caller's thread) and what turns one batch of accepted records (record, aggregates,
+watermark) into log rows (rows: an Arrow table). The raw / parse / key / window / sampling /
+shard / serialize / transform stages each apply the rule objects and functions of
+transforms/spec (and the TFT feed of transforms/graph) that pipelines.features applies, to
+Arrow columns: the cells' values are typed by spec/typing.py (values.canonical_text and
+schema.type_column, the rule of TypeRows), the fingerprints are the vectorised coding
+(fingerprint_batch), as the job's. Kept apart so the stage rules read as one unit and the state
+they carry across batches is explicit: the content-key ordinals, the input's content digest, the
+sampled-out count and the drop counts per reason (the logger restores all but the sampled-out
+count on resume). Not thread-safe: the logger's one worker thread calls rows(). docs/logger.md.
 """
+import datetime
+import hashlib
+import hmac
+import operator
+
 import numpy as np
 import pyarrow as pa
 
 from transforms.graph.feed import transform_values
-from transforms.spec import feature_log as log, fingerprint, schema
+from transforms.spec import event_time, fingerprint
+from transforms.spec import feature_log as log
+from transforms.spec import typing as cells
+from transforms.spec.errors import UsageError
 from transforms.spec.key import content_keys, hex64, key_batch
 from transforms.spec.serialize import round_trip
 from transforms.spec.shard import sample_mask, shard_ids
-from transforms.spec.stages import (DROP_REASON, KEY, PARSE, RAW, SERIALIZE, SHARD, SHARD_ID,
-                                    TRANSFORM, WINDOW, WINDOW_END, WINDOW_START, value_columns)
+from transforms.spec.stages import (KEY, PARSE, RAW, SERIALIZE, SHARD, SHARD_ID, TRANSFORM,
+                                    WINDOW, WINDOW_END, WINDOW_START, DROP_REASON, value_columns)
 from transforms.spec.window import assign_windows
 
-__all__ = ["LogRows"]
+__all__ = ["LogRows", "RecordError", "pii_hash", "watermark_seconds"]
 
 _ROW = "__row__"
+_WINDOW_CODES = {WINDOW.reason(code): code for code, _ in WINDOW.reasons}
 
 
-def _cell(value):
-  """A cell's source text as bytes; None for an empty cell (as the CSV reader: "" is null)."""
-  if value is None or len(value) == 0:
+class RecordError(UsageError, ValueError):
+  """A record, or its aggregates, that the logger does not accept (a one-line message). A
+  UsageError (exit code 2) and a ValueError."""
+
+
+def pii_hash(value, secret):
+  """HMAC-SHA256 hex of a value's canonical encoding (docs/fingerprint.md), keyed by secret."""
+  return hmac.new(secret, fingerprint.encode_record({"value": value}), hashlib.sha256).hexdigest()
+
+
+def watermark_seconds(watermark):
+  """The watermark as Unix seconds: an integer, or an aware datetime (floored); None stays."""
+  if watermark is None:
     return None
-  return value.encode("utf-8") if isinstance(value, str) else bytes(value)
-
-
-def _feature_fp(memo, name, value):
-  """fingerprint_record({name: value}), memoised per flush (features repeat few values; the
-  type is part of the memo key, so 1 and 1.0 never share an entry)."""
-  if isinstance(value, list):
-    return fingerprint.fingerprint_record({name: value})
-  k = (name, value.__class__, value)
-  if k not in memo:
-    memo[k] = fingerprint.fingerprint_record({name: value})
-  return memo[k]
+  if isinstance(watermark, datetime.datetime) and watermark.utcoffset() is not None:
+    return int(watermark.timestamp() // 1)
+  if isinstance(watermark, (bool, np.bool_)) or not isinstance(watermark, (int, np.integer)):
+    raise UsageError(f"watermark must be Unix seconds (an integer) or a datetime with a zone, "
+                     f"got {watermark!r}")
+  return int(watermark)
 
 
 class LogRows:
   """The stage rules of one logger (see the module docstring).
 
-  columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event_time_column;
-  aggregates: the windowed aggregate names; profile: a transforms.spec.profile Profile; pii: whether
-  the log holds PII (parse reasons then leave out the cell text); layer: the transform_fn's
-  tft transform_features_layer(); features: the transformed feature names, sorted;
-  transform_batch_size: records per TFT call.
+  columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event: the feature
+  module's event-time declaration (column, format, zone) (spec/event_time.py); aggregates: the
+  windowed aggregate names; profile: a transforms.spec.profile Profile; layer: the
+  transform_fn's tft transform_features_layer(); feature_spec: its transformed_feature_spec();
+  transform_batch_size: records per TFT call; pii_columns, secret: log columns written as
+  pii_hash(value, secret) (parse reasons then leave out the cell text); empty_is_null: "" and
+  b"" read as null, as the CSV reader reads an empty cell. `schema` is the log's Arrow schema.
 
   State across batches: `ordinals` ({content-key hex: next ordinal}), `content` (the digest of
-  every parse fingerprint so far) and `sampled_out` (records the sampling rule dropped).
+  every parse fingerprint so far), `sampled_out` (records the sampling rule dropped) and
+  `dropped` ({stage: {reason code: records}}; a record counts once, under its first reason).
   """
 
-  def __init__(self, columns, key_columns, event_time_column, aggregates, profile, pii, layer,
-               features, transform_batch_size):
+  def __init__(self, columns, key_columns, event, aggregates, profile, layer, feature_spec,
+               transform_batch_size, pii_columns=(), secret=None, empty_is_null=True):
     self._columns = [(n, t) for n, t in columns]
     self._names = [n for n, _ in self._columns]
-    self._key_columns, self._event = list(key_columns), event_time_column
+    self._name_set = frozenset(self._names)
+    self._key_columns = list(key_columns)
+    self._event, self._event_format, self._event_zone = event
     self._aggregates = list(aggregates)
+    self._aggregate_set = frozenset(self._aggregates)
     self._value_columns = value_columns(self._names, self._aggregates)
-    self._profile, self._pii = profile, bool(pii)
-    self._layer, self._features = layer, list(features)
+    self._profile, self._layer, self._empty_is_null = profile, layer, empty_is_null
+    self._pii, self._secret = sorted(pii_columns), secret
+    unknown = [c for c in self._pii if c != log.KEY and c not in feature_spec]
+    if unknown:
+      raise UsageError(f"pii_columns {', '.join(unknown)}: not a log column (the key or "
+                       "a transformed feature)")
+    self._features, self._feature_types = sorted(feature_spec), {}
+    clear, fields = list(log.HEAD), list(log.HEAD)
+    for f in self._features:  # a one-value feature is logged as a scalar, as the job's log is
+      typ = {"float32": pa.float32(), "int64": pa.int64()}.get(feature_spec[f].dtype.name,
+                                                               pa.large_binary())
+      typ = typ if list(feature_spec[f].shape) == [] else pa.large_list(typ)
+      self._feature_types[f] = typ
+      clear += [(log.feature_fp_column(f), pa.uint64()), (log.value_column(f), typ)]
+      fields += [clear[-2], (clear[-1][0], pa.string() if f in self._pii else typ)]
+    self._clear, self.schema = pa.schema(clear), pa.schema(fields)
     self._transform_batch_size = transform_batch_size
     self.ordinals, self.content, self.sampled_out = {}, fingerprint.empty_digest(), 0
+    self.dropped = {}
 
+  # ------------------------------------------------------------------ on the caller's thread
+  def accept(self, record, aggregates):
+    """(a copy of the record, its aggregate values in declaration order); RecordError when a
+    column is not in the schema, a value is not a scalar, or the aggregates are not exactly
+    the module's (each an integer)."""
+    if not isinstance(record, dict):
+      raise RecordError(f"a record is a dict column -> value, got {type(record).__name__}")
+    unknown = record.keys() - self._name_set
+    if unknown:
+      raise RecordError(f"unknown column(s) {', '.join(map(repr, sorted(unknown)))}: not in "
+                        "the record schema of the offline run")
+    for typ in set(map(type, record.values())):
+      try:
+        cells.kind_of(typ)
+      except cells.ScalarTypeError as e:
+        name = next(n for n, v in record.items() if type(v) is typ)
+        raise RecordError(f"column {name!r}: {e}") from None
+    return dict(record), self._accept_aggregates(aggregates)
+
+  def _accept_aggregates(self, aggregates):
+    if not self._aggregates:
+      if aggregates:
+        raise RecordError(f"aggregate(s) {', '.join(map(repr, sorted(aggregates)))}: the "
+                          "feature module declares no windowed aggregate")
+      return ()
+    if not isinstance(aggregates, dict):
+      raise RecordError(f"aggregates {', '.join(map(repr, self._aggregates))} expected (one "
+                        f"{{name: int}} per record), got {type(aggregates).__name__}")
+    if aggregates.keys() != self._aggregate_set:
+      unknown = sorted(aggregates.keys() - self._aggregate_set)
+      missing = [n for n in self._aggregates if n not in aggregates]
+      what = ([f"{', '.join(map(repr, unknown))} not declared by the feature module"]
+              if unknown else []) + ([f"{', '.join(map(repr, missing))} missing"]
+                                     if missing else [])
+      raise RecordError(f"aggregates: {'; '.join(what)} (declared: "
+                        f"{', '.join(map(repr, self._aggregates))})")
+    out = []
+    for name in self._aggregates:
+      v = aggregates[name]
+      if type(v) is not int and (isinstance(v, (bool, np.bool_)) or
+                                 not isinstance(v, (int, np.integer))):
+        raise RecordError(f"aggregate {name!r} must be an integer, got {v!r}")
+      out.append(int(v))
+    return tuple(out)
+
+  # ------------------------------------------------------------------ on the worker thread
   def continue_ordinals(self, fp_raw, fp_parse):
     """Counts already-logged records (their fp_raw / fp_parse) into the content-key ordinals,
     as a resumed log does (meaningful without key columns only)."""
@@ -79,133 +161,187 @@ class LogRows:
       self.ordinals[h] = self.ordinals.get(h, 0) + 1
 
   def rows(self, items):
-    """The log rows (dicts) of a batch of accepted records (record, aggregates, watermark)."""
-    fp = fingerprint.fingerprint_record
-    fp_raw, typed, reasons = self._parse(items)
-    ok = [not r for r in reasons]
-    parse_fields = PARSE.fingerprint_fields(columns=self._names)
-    fp_parse = [fp(row, parse_fields) if good else None
-                for row, good in zip(typed.to_pylist(), ok)]
+    """The log rows (an Arrow table of the log schema, arrival order; sampled-out records left
+    out) of a batch of accepted records (record, aggregates, watermark)."""
+    n = len(items)
+    fp_raw, typed, bad = self._parse([it[0] for it in items])
+    ok = np.ones(n, dtype=bool)
+    ok[list(bad)] = False
+    fp_parse = fingerprint.fingerprint_batch(typed, PARSE.fingerprint_fields(columns=self._names))
     # The input's content digest (the ingest manifest's): every record that parsed.
-    self.content = fingerprint.add_digests(self.content, fingerprint.combine_digest(
-        [v for v in fp_parse if v is not None]))
+    self.content = fingerprint.add_digests(self.content,
+                                           fingerprint.combine_digest(fp_parse[ok]))
     keys = self._keys(typed, ok, fp_parse, fp_raw)
-    events = typed.column(self._event).cast(pa.int64()).to_pylist()
-    kept, late = self._window(typed, ok, items)
-    rows = []
-    for i in range(len(items)):
-      if not ok[i] or i in late:
-        rows.append({log.KEY: keys[i], log.EVENT_TIME: events[i],
-                     log.fp_column(RAW.name): fp_raw[i], log.fp_column(PARSE.name): fp_parse[i],
-                     log.DROPPED_STAGE: WINDOW.name if ok[i] else PARSE.name,
-                     log.DROP_REASON: late[i] if ok[i] else "; ".join(reasons[i])})
-    live = sorted(kept)
-    if live:  # the shard stage's sampling rule, over the keys of the windowed records
-      keep = sample_mask(pa.array([keys[i] for i in live], pa.large_string()), self._profile)
-      live = live if keep is None else [i for i, k in zip(live, keep) if k]
-    self.sampled_out += len(kept) - len(live)
-    if not live:
-      return rows
-    aggs = [items[i][1] for i in live]
-    live_keys = [keys[i] for i in live]
-    values = pa.Table.from_batches([typed]).take(pa.array(live))
-    for name in self._aggregates:
-      values = values.append_column(name, pa.array([a[name] for a in aggs], pa.int64()))
+    seconds, has, _ = event_time.to_seconds(typed.column(self._event), self._event_format,
+                                            self._event_zone)
+    start, end, windowed, late = self._window(typed, ok, [it[2] for it in items])
+    stage, reason = [None] * n, [None] * n
+    for i, why in bad.items():
+      stage[i], reason[i] = PARSE.name, "; ".join(text for _, text in why)
+      self._count(PARSE.name, why[0][0])
+    for i, text in late.items():
+      stage[i], reason[i] = WINDOW.name, text
+      self._count(WINDOW.name, _WINDOW_CODES.get(text, text))
+    live = windowed
+    if len(live):  # the shard stage's sampling rule, over the keys of the windowed records
+      keep = sample_mask(keys.take(pa.array(live)), self._profile)
+      live = live if keep is None else live[keep]
+    self.sampled_out += len(windowed) - len(live)
+    out = np.sort(np.concatenate([np.fromiter(bad, np.int64, len(bad)),
+                                  np.fromiter(late, np.int64, len(late)), live]))
+    cols = {log.KEY: keys.take(pa.array(out)).cast(pa.string()),
+            log.EVENT_TIME: pa.array(seconds[out], mask=~has[out]),
+            log.DROPPED_STAGE: pa.array([stage[i] for i in out], pa.string()),
+            log.DROP_REASON: pa.array([reason[i] for i in out], pa.string()),
+            log.fp_column(RAW.name): pa.array(fp_raw[out]),
+            log.fp_column(PARSE.name): pa.array(fp_parse[out], mask=~ok[out])}
+    cols.update(self._live_columns(items, typed, keys, live, start, end, out))
+    for name in [log.KEY if c == log.KEY else log.value_column(c) for c in self._pii]:
+      cols[name] = pa.array([None if v is None else pii_hash(v, self._secret)
+                             for v in cols[name].to_pylist()], pa.string())
+    return pa.Table.from_arrays([cols[f.name] for f in self.schema], schema=self.schema)
+
+  def _count(self, stage, code):
+    by_code = self.dropped.setdefault(stage, {})
+    by_code[code] = by_code.get(code, 0) + 1
+
+  def _live_columns(self, items, typed, keys, live, start, end, out):
+    """The window, shard, serialize and transform columns of the `out` rows (null but for the
+    `live` ones, which reach TFT)."""
+    position = np.full(len(items), -1, dtype=np.int64)
+    position[live] = np.arange(len(live))
+    source = position[out]
+    absent = source < 0
+    take = pa.array(np.where(absent, 0, source), mask=absent)
+    fields = {f.name: f.type for f in self._clear}
+    if not len(live):
+      return {name: pa.nulls(len(out), fields[name]) for name in
+              [log.WINDOW_START, log.WINDOW_END, log.SHARD_ID] +
+              [log.fp_column(s.name) for s in (WINDOW, SHARD, SERIALIZE, TRANSFORM)] +
+              [c for f in self._features for c in (log.feature_fp_column(f),
+                                                   log.value_column(f))]}
+    rows = pa.array(live)
+    aggregates = {name: pa.array([items[i][1][j] for i in live], pa.int64())
+                  for j, name in enumerate(self._aggregates)}
+    values = pa.Table.from_batches([typed]).take(rows)
+    for name, column in aggregates.items():
+      values = values.append_column(name, column)
     decoded = round_trip(values, self._profile)
-    outputs = transform_values(
-        self._layer, pa.RecordBatch.from_arrays([c.combine_chunks() for c in decoded.columns],
-                                                names=decoded.schema.names),
-        self._value_columns, self._features, self._transform_batch_size)
-    shards = shard_ids(pa.array(live_keys, pa.large_string()), self._profile).tolist()
-    window_fields = WINDOW.fingerprint_fields(aggregates=self._aggregates)
-    shard_fields = SHARD.fingerprint_fields()
-    serialize_fields = SERIALIZE.fingerprint_fields(columns=self._names,
-                                                    aggregates=self._aggregates)
-    transform_fields = TRANSFORM.fingerprint_fields(features=self._features)
-    memo = {}
-    for j, (i, dec) in enumerate(zip(live, decoded.to_pylist())):
-      (start, end), key, shard = kept[i], keys[i], shards[j]
-      out = {f: outputs[f][j] for f in self._features}
-      row = {log.KEY: key, log.EVENT_TIME: events[i], log.WINDOW_START: start,
-             log.WINDOW_END: end, log.SHARD_ID: shard}
-      row.update({
-          log.fp_column(RAW.name): fp_raw[i], log.fp_column(PARSE.name): fp_parse[i],
-          log.fp_column(WINDOW.name): fp({WINDOW_START: start, WINDOW_END: end, **aggs[j]},
-                                         window_fields),
-          log.fp_column(SHARD.name): fp({SHARD_ID: shard, KEY: key}, shard_fields),
-          log.fp_column(SERIALIZE.name): fp(dec, serialize_fields),
-          log.fp_column(TRANSFORM.name): fp(out, transform_fields)})
-      for f, v in out.items():
-        row[log.feature_fp_column(f)] = _feature_fp(memo, f, v)
-        row[log.value_column(f)] = v
-      rows.append(row)
-    return rows
+    decoded = pa.RecordBatch.from_arrays([c.combine_chunks() for c in decoded.columns],
+                                         names=decoded.schema.names)
+    bounds = pa.table({WINDOW_START: start[live], WINDOW_END: end[live], **aggregates})
+    live_keys = keys.take(rows)
+    shards = shard_ids(live_keys, self._profile)
+    # TF binds the inputs to the layer's structured signature first, fails, and formats them
+    # into the error message before it takes the flat one: numpy's repr of every input, a third
+    # of the call. numpy's print options are a context variable, so this thread's only.
+    with np.printoptions(threshold=1, edgeitems=1):
+      outputs = transform_values(self._layer, decoded, self._value_columns, self._features,
+                                 self._transform_batch_size)
+    features = pa.table({f: pa.array(outputs[f], self._feature_types[f])
+                         for f in self._features})
+    fp_transform, fp_features = fingerprint.fingerprint_fields(
+        features, TRANSFORM.fingerprint_fields(features=self._features))
+    live_cols = {
+        log.WINDOW_START: pa.array(start[live]), log.WINDOW_END: pa.array(end[live]),
+        log.SHARD_ID: pa.array(shards),
+        log.fp_column(WINDOW.name): fingerprint.fingerprint_batch(
+            bounds, WINDOW.fingerprint_fields(aggregates=self._aggregates)),
+        log.fp_column(SHARD.name): fingerprint.fingerprint_batch(
+            pa.record_batch([pa.array(shards), live_keys], names=[SHARD_ID, KEY]),
+            SHARD.fingerprint_fields()),
+        log.fp_column(SERIALIZE.name): fingerprint.fingerprint_batch(
+            decoded, SERIALIZE.fingerprint_fields(columns=self._names,
+                                                  aggregates=self._aggregates)),
+        log.fp_column(TRANSFORM.name): fp_transform}
+    for f in self._features:
+      live_cols[log.feature_fp_column(f)] = fp_features[f]
+      live_cols[log.value_column(f)] = features.column(f).combine_chunks()
+    return {name: (pa.array(col) if isinstance(col, np.ndarray) else col).take(take)
+            for name, col in live_cols.items()}
 
   # ------------------------------------------------------------------ the stages
-  def _parse(self, items):
-    """raw + parse: (raw fps, typed batch (bad cells null), reasons per record)."""
-    cells, reasons = [], [[] for _ in items]
-    for i, (record, _, _) in enumerate(items):
-      cells.append({n: _cell(record[n]) if n in record else fingerprint.MISSING
-                    for n in self._names})
-      reasons[i] += [PARSE.reason("absent", name=n) for n in self._names
-                     if cells[i][n] is fingerprint.MISSING]
-    # The raw stage: each cell's source text (null when empty), before typing, as TypeRows.
-    raw_fields = RAW.fingerprint_fields(columns=self._names)
-    fp_raw = [fingerprint.fingerprint_record(row, raw_fields) for row in cells]
-    typed = []
-    for name, typ in self._columns:
-      texts = [row[name] if isinstance(row[name], bytes) else None for row in cells]
-      for i, text in enumerate(texts):
-        try:
-          text is None or text.decode("utf-8")
-        except UnicodeDecodeError:
-          reasons[i].append(PARSE.reason("not_utf8", name=name))
-          texts[i] = None
-      arr, bad = schema.type_column(pa.array(texts, pa.binary()), typ)
-      for i in bad:  # TypeRows' reasons (without the cell text when the log holds PII)
-        reasons[i].append(PARSE.reason("not_type_pii", name=name, type=typ) if self._pii else
-                          PARSE.reason("not_type", name=name, text=texts[i].decode("utf-8"),
-                                       type=typ))
+  def _parse(self, records):
+    """raw + parse: (raw fingerprints, typed batch (bad cells null), {row: [(reason code,
+    reason)]} of the records that do not parse)."""
+    n = len(records)
+    bad = {}
+    # Records to columns: one C-level call per record (a dict.get per cell is a tenth of it). A
+    # column a record lacks is null, as the source readers of ingest read a missing JSON key
+    # and csv.DictReader a short row.
+    row = operator.itemgetter(*self._names) if len(self._names) > 1 else \
+        (lambda r, name=self._names[0]: (r[name],))
+    whole = dict.fromkeys(self._names)
+    columns = list(zip(*[row(r) if len(r) == len(whole) else row({**whole, **r})
+                         for r in records]))
+    canonical, typed = [], []
+    for (name, typ), column in zip(self._columns, columns):
+      groups = cells.arrow_cells(column, empty_is_null=self._empty_is_null)
+      canonical.append(cells.canonical_cells(groups, n))
+      arr, wrong, not_utf8 = cells.type_cells(groups, n, typ)
+      for i in not_utf8:
+        bad.setdefault(int(i), []).append(("not_utf8", PARSE.reason("not_utf8", name=name)))
+      for i in wrong:  # TypeRows' reasons (without the cell text when the log holds PII)
+        bad.setdefault(int(i), []).append(
+            ("not_type_pii", PARSE.reason("not_type_pii", name=name, type=typ)) if self._pii
+            else ("not_type", PARSE.reason("not_type", name=name, type=typ,
+                                           text=cells.cell_text(groups, int(i)))))
       typed.append(arr)
-    for name in self._key_columns:
-      for i, row in enumerate(cells):
-        if row[name] is None:
-          reasons[i].append(PARSE.reason("key_missing", name=name))
-    return fp_raw, pa.record_batch(typed, names=self._names), reasons
+    for name in self._key_columns:  # TypeRows' required columns
+      column = canonical[self._names.index(name)]
+      for i in np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)):
+        bad.setdefault(int(i), []).append(("key_missing",
+                                           PARSE.reason("key_missing", name=name)))
+    # The raw stage: each cell's canonical text (spec/values.py), before typing, as TypeRows.
+    fp_raw = fingerprint.fingerprint_batch(pa.RecordBatch.from_arrays(canonical, names=self._names),
+                                           RAW.fingerprint_fields(columns=self._names))
+    return fp_raw, pa.RecordBatch.from_arrays(typed, names=self._names), bad
 
   def _keys(self, typed, ok, fp_parse, fp_raw):
-    """key_batch's keys; a record without them gets the content key (spec/key.py): the hex of
-    its parse fingerprint -- or, when it failed typing, of its raw one -- + ':<ordinal>', the
-    ordinal counted in arrival order."""
-    clear = [None] * typed.num_rows
+    """key_batch's keys (large_string); a record without them gets the content key
+    (spec/key.py): the hex of its parse fingerprint -- or, when it failed typing, of its raw
+    one -- + ':<ordinal>', the ordinal counted in arrival order."""
+    n = typed.num_rows
+    clear = [None] * n
     if self._key_columns:
       keyed = typed.select(self._key_columns)
       texts = key_batch(keyed, self._key_columns, self._key_columns, 1).column(KEY)
       clear = texts.to_pylist()  # null where a key column is null (Arrow's null propagation)
-    content = [i for i, text in enumerate(clear) if text is None]
+      content = [i for i, text in enumerate(clear) if text is None]
+    else:
+      content = range(n)
     if content:
-      hexes = hex64([fp_parse[i] if ok[i] else fp_raw[i] for i in content]).to_pylist()
+      rows = np.asarray(content, dtype=np.int64)
+      hexes = hex64(np.where(ok, fp_parse, fp_raw)[rows])
       ordinals = []
-      for h in hexes:
+      for h in hexes.to_pylist():
         ordinals.append(self.ordinals.get(h, 0))
         self.ordinals[h] = ordinals[-1] + 1
-      for i, key in zip(content, content_keys(hexes, ordinals).to_pylist()):
+      keyed = content_keys(hexes, ordinals)
+      if not self._key_columns:
+        return keyed
+      for i, key in zip(content, keyed.to_pylist()):
         clear[i] = key
-    return clear
+    return pa.array(clear, pa.large_string())
 
-  def _window(self, typed, ok, items):
-    """({row: (start, end)}, {row: drop reason}) by assign_windows, once per distinct
-    watermark among the batch's records."""
+  def _window(self, typed, ok, watermarks):
+    """(start[n], end[n], rows windowed (sorted), {row: drop reason}) by assign_windows in the
+    declared event-time format, once per distinct watermark among the parsed records."""
+    n = typed.num_rows
+    start, end = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     groups = {}
     for i in np.flatnonzero(ok):
-      groups.setdefault(items[i][2], []).append(int(i))
-    kept, dropped = {}, {}
+      groups.setdefault(watermarks[i], []).append(int(i))
+    kept, dropped = [], {}
     for mark, rows in groups.items():
       batch = pa.record_batch([typed.column(self._event).take(pa.array(rows)), pa.array(rows)],
                               names=[self._event, _ROW])
-      k, d = assign_windows(batch, self._event, self._profile, mark)
-      kept.update(zip(k.column(_ROW).to_pylist(), zip(k.column(WINDOW_START).to_pylist(),
-                                                      k.column(WINDOW_END).to_pylist())))
+      k, d = assign_windows(batch, self._event, self._profile, mark, self._event_format,
+                            self._event_zone)
+      at = k.column(_ROW).to_numpy()
+      start[at] = k.column(WINDOW_START).to_numpy()
+      end[at] = k.column(WINDOW_END).to_numpy()
+      kept.append(at)
       dropped.update(zip(d.column(_ROW).to_pylist(), d.column(DROP_REASON).to_pylist()))
-    return kept, dropped
+    windowed = np.sort(np.concatenate(kept)) if kept else np.zeros(0, dtype=np.int64)
+    return start, end, windowed, dropped

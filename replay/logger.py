@@ -1,76 +1,82 @@
 """ProductionLogger: the serving side's feature log -- the offline stages and fingerprints.
 
-Serving code hands it raw records (dict column -> source text, as a CSV reader gives them) one
-at a time or in small batches, with the windowed aggregate values it read from its online store
-and, optionally, its watermark. Every `batch_size` records (and on flush / close) the open batch
-goes through the rules of pipelines.features -- the rule functions of transforms/ applied to a
-small Arrow table -- and the TF Transform graph of a written transform_fn
-(tft.TFTransformOutput), while every fingerprint is computed with the per-record coding
-(transforms.spec.fingerprint.fingerprint_record): a production log equal to the offline one also
-holds the two codings together. Those stage rules are replay.log_rows.LogRows; this module
-owns the threads, part files, run metadata and resume. Rows of the offline feature-log schema
-are appended as one Parquet part per bucket per flush
-(feature_log/bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet), each written under a temp name and
-renamed, then run_metadata.json (runner "ProductionLogger") is rewritten the same way: a crash
-loses at most the open batch. Thread-safe. docs/logger.md.
+Serving code hands it records (dict column -> value: CSV text or typed values) one at a time or
+in small batches, with the windowed aggregate values of its online store and, optionally, its
+watermark. log() checks a record on the caller's thread and appends it to the open batch; full
+batches go through a bounded queue to one worker thread, which applies the rules of
+pipelines.features (replay.log_rows.LogRows) and the TF Transform graph of a written
+transform_fn, and appends one Parquet part per bucket per write
+(feature_log/bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet, temp name, fsync, rename), then
+rewrites run_metadata.json (runner "ProductionLogger") the same way. close() writes what is left
+and merges each bucket's parts into one. Thread-safe. docs/logger.md.
 
   with ProductionLogger.from_features_dir("out/features", "out/serving_log") as log:
     log.log(record, {"area_trips_in_window": n}, watermark=t)
 """
-import hashlib
-import hmac
+import concurrent.futures
 import importlib
 import os
+import queue
 import threading
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from replay.log_rows import LogRows
+from replay.log_rows import LogRows, RecordError, pii_hash, watermark_seconds
 from transforms.graph import analyze
-from transforms.spec import feature_log, fingerprint, run_metadata
+from transforms.spec import event_time, feature_log, fingerprint, run_metadata, schema
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
-from transforms.spec.stages import FP_STAGES, PARSE, RAW
+from transforms.spec.stages import FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM
 
-__all__ = ["ProductionLogger", "pii_hash", "RUNNER"]
+__all__ = ["ProductionLogger", "RecordError", "pii_hash", "RUNNER", "DROPPED_BY_REASON"]
 
 RUNNER = "ProductionLogger"
+# run_metadata.json's log.DROPPED_BY_REASON: {stage: {reason code: records}} (stages.py codes).
+DROPPED_BY_REASON = "dropped_by_reason"
 # The run-metadata sections a resumed log must share with this logger (log.parts aside).
 _SAME = ("format", "profile", "schema", "runner", "stages", "pii")
+# A part's row order: by key, ties by the stage fingerprints (as the job's bucket files), so a
+# bucket's rows give the same bytes however they were batched.
+_ORDER = [(feature_log.KEY, "ascending")] + [
+    (feature_log.fp_column(s), "ascending") for s in RECORD_STAGES + (TRANSFORM.name,)]
+_STOP = object()  # the worker's last task
+_IO_THREADS = 4  # part files written and fsynced side by side
+_BUCKET = "bucket"  # a batch's bucket column while it is split into parts (never written)
 
 
-def pii_hash(value, secret):
-  """HMAC-SHA256 hex of a value's canonical encoding (docs/fingerprint.md), keyed by secret."""
-  return hmac.new(secret, fingerprint.encode_record({"value": value}), hashlib.sha256).hexdigest()
-
-
-def _write_atomically(path, data):
-  """Temp name, fsync, rename: a reader sees the whole file or none of it."""
+def _stage_file(path, data):
+  """Writes and fsyncs path + '.tmp'; returns that name (publish with os.replace)."""
   tmp = path + ".tmp"
   with open(tmp, "wb") as f:
     f.write(data)
     f.flush()
     os.fsync(f.fileno())
-  os.replace(tmp, path)
+  return tmp
 
 
 class ProductionLogger:
-  """Logs raw serving records as feature-log rows (see the module docstring).
+  """Logs serving records as feature-log rows (see the module docstring).
 
   columns: [(name, INT|FLOAT|BYTES)] as the ingest typed them; key_columns: the record key
   columns ([] = content key: hex of the parse fingerprint + ':<ordinal>' among exact duplicates,
-  counted in arrival order); event_time_column, aggregates: the feature module's
-  EVENT_TIME_COLUMN and WINDOWED_AGGREGATES names (values supplied per record by the caller);
-  pii_columns: log columns ("key" or transformed feature names) written as
-  pii_hash(value, key) with the HMAC key read from the environment variable named pii_key_env.
+  counted in arrival order); event_time_column, event_time_format, event_time_zone: the feature
+  module's event-time declaration (spec/event_time.py); aggregates: its WINDOWED_AGGREGATES
+  names (values supplied per record by the caller); pii_columns: log columns ("key" or
+  transformed feature names) written as pii_hash(value, key) with the HMAC key read from the
+  environment variable named pii_key_env; max_pending_batches: full batches that may wait for
+  the worker before log() blocks; compact_on_close: merge each bucket's parts on close();
+  empty_text_is_null: "" and b"" are null, as in a CSV (False: text, as a JSON source has it).
   """
 
   def __init__(self, transform_fn_dir, profile, log_dir, columns, key_columns,
-               event_time_column, aggregates, *, transform_module="", source="serving",
-               num_buckets=16, batch_size=1024, transform_batch_size=2048, pii_columns=(),
-               pii_key_env=None, compression="snappy"):
+               event_time_column, aggregates, *, event_time_format=event_time.DEFAULT_FORMAT,
+               event_time_zone=event_time.DEFAULT_ZONE, transform_module="", source="serving",
+               num_buckets=16, batch_size=1024, transform_batch_size=2048,
+               max_pending_batches=4, compact_on_close=True, empty_text_is_null=True,
+               pii_columns=(), pii_key_env=None, compression="snappy"):
     if isinstance(profile, str):
       try:
         with open(profile, encoding="utf-8") as f:
@@ -78,57 +84,58 @@ class ProductionLogger:
       except OSError as e:
         raise UsageError(f"profile {profile}: cannot read ({e})") from None
     self._profile, self._columns = profile, [(n, t) for n, t in columns]
-    self._names = [n for n, _ in self._columns]
-    self._key_columns, self._event = list(key_columns), event_time_column
-    self._aggregates = list(aggregates)
-    for name in self._key_columns + [self._event]:
-      if name not in self._names:
+    names = [n for n, _ in self._columns]
+    self._key_columns, self._aggregates = list(key_columns), list(aggregates)
+    for name in self._key_columns + [event_time_column]:
+      if name not in names:
         raise UsageError(f"column {name!r} is not in the record schema")
-    if min(num_buckets, batch_size, transform_batch_size) < 1:
-      raise UsageError("num_buckets, batch_size and transform_batch_size must be >= 1")
+    self._event = event = (event_time_column, event_time_format, event_time_zone)
+    try:  # the declaration, and the event column's type against its format
+      event_time.check_declaration(*event)
+      event_time.to_seconds(pa.nulls(0, schema.ARROW_TYPES[dict(self._columns)[
+          event_time_column]]), event_time_format, event_time_zone)
+    except event_time.EventTimeError as e:
+      raise UsageError(f"event time: {e}") from None
+    if min(num_buckets, batch_size, transform_batch_size, max_pending_batches) < 1:
+      raise UsageError("num_buckets, batch_size, transform_batch_size and max_pending_batches "
+                       "must be >= 1")
     self._num_buckets, self._batch_size, self._compression = num_buckets, batch_size, compression
+    self._compact = compact_on_close
     self._pii, self._secret = sorted(set(pii_columns)), None
     if self._pii:
       if not pii_key_env or not os.environ.get(pii_key_env):
         raise UsageError(f"pii_columns need an HMAC key: environment variable "
-                                f"{pii_key_env!r} is not set")
+                         f"{pii_key_env!r} is not set")
       self._secret = os.environ[pii_key_env].encode("utf-8")
     import tensorflow_transform as tft
     tft_output = tft.TFTransformOutput(transform_fn_dir)
-    spec = tft_output.transformed_feature_spec()
-    self._features = sorted(spec)
-    self._rules = LogRows(self._columns, self._key_columns, self._event, self._aggregates,
-                          profile, bool(self._pii), tft_output.transform_features_layer(),
-                          self._features, transform_batch_size)
-    unknown = [c for c in self._pii if c != feature_log.KEY and c not in spec]
-    if unknown:
-      raise UsageError(f"pii_columns {', '.join(unknown)}: not a log column (the key or "
-                              "a transformed feature)")
-    fields = list(feature_log.HEAD)
-    for f in self._features:  # a one-value feature is logged as a scalar, as the job's log is
-      typ = {"float32": pa.float32(), "int64": pa.int64()}.get(spec[f].dtype.name,
-                                                               pa.large_binary())
-      fields += [(feature_log.feature_fp_column(f), pa.uint64()),
-                 (feature_log.value_column(f), pa.string() if f in self._pii else
-                  typ if list(spec[f].shape) == [] else pa.large_list(typ))]
-    self._schema = pa.schema(fields)
-    self._transform_module, self._profile = transform_module, profile
+    self._rules = LogRows(self._columns, self._key_columns, event, self._aggregates, profile,
+                          tft_output.transform_features_layer(),
+                          tft_output.transformed_feature_spec(), transform_batch_size,
+                          self._pii, self._secret, empty_text_is_null)
+    self._schema = self._rules.schema
+    self._transform_module = transform_module
     self._versions = run_metadata.versions()
     self._analyze = analyze.analyze_fingerprints(transform_fn_dir)
     self._log_dir, self._source = log_dir, source
-    self._lock = threading.Lock()        # the open batch and the count of batches in flight
-    self._idle = threading.Condition(self._lock)
-    self._in_flight = 0
-    self._flush_lock = threading.Lock()  # processing, part files, run metadata, counters
-    self._buffer, self._closed = [], False
-    self._buckets, self._next_part = {}, 0  # the stage rules own ordinals and content digest
-    self.stats = {"accepted": 0, "logged": 0, "dropped": 0, "sampled_out": 0, "flushes": 0}
+    self._buckets, self._next_part = {}, 0
+    self._counts = {"accepted": 0, "logged": 0, "dropped": 0, "sampled_out": 0, "flushes": 0}
     self._open_log_dir()
+    self._dropped = {s: dict(c) for s, c in self._rules.dropped.items()}
+    # Threads: the open batch behind _lock (callers); full batches through a bounded queue to
+    # one worker, which alone touches the stage rules, part files and metadata until close().
+    self._lock, self._stats_lock = threading.Lock(), threading.Lock()
+    self._buffer, self._closed, self._error = [], False, None
+    self._queue = queue.Queue(maxsize=max_pending_batches)
+    self._io = concurrent.futures.ThreadPoolExecutor(_IO_THREADS, "ProductionLoggerIO")
+    self._worker = threading.Thread(target=self._work, name="ProductionLogger", daemon=True)
+    self._worker.start()
 
   @classmethod
   def from_features_dir(cls, features_dir, log_dir, profile=None, **options):
     """A logger configured from an offline pipelines.features output: its transform_fn, its
-    profile (unless one is given), schema, aggregates, key columns and log bucket count."""
+    profile (unless one is given), schema, aggregates, key columns, log bucket count and its
+    feature module's event-time declaration (as the run recorded it, else from the module)."""
     path = os.path.join(features_dir, run_metadata.FILE)
     try:
       with open(path, "rb") as f:
@@ -138,61 +145,85 @@ class ProductionLogger:
     key_columns = meta["input"].get("key_columns")
     if key_columns is None:
       raise UsageError(f"{path} has no input.key_columns (written by pipelines.features "
-                              "since run_metadata gained it); rerun the features job")
-    try:
-      module = importlib.import_module(meta["transform_module"])
-    except ImportError as e:
-      raise UsageError(f"transform module {meta['transform_module']}: {e}") from None
+                       "since run_metadata gained it); rerun the features job")
+    declared = meta.get(run_metadata.EVENT_TIME)  # recorded by the job; else ask the module
+    if declared is not None:
+      column, form, zone = declared["column"], declared["format"], declared["zone"]
+    else:
+      try:
+        module = importlib.import_module(meta["transform_module"])
+      except ImportError as e:
+        raise UsageError(f"transform module {meta['transform_module']}: {e}") from None
+      column, form, zone = event_time.declaration(module)
     options.setdefault("num_buckets", meta["log"]["num_buckets"])
+    options.setdefault("event_time_format", form)
+    options.setdefault("event_time_zone", zone)
     return cls(os.path.join(features_dir, feature_log.TRANSFORM_FN_DIR),
                profile if profile is not None else profiles.parse_profile(meta["profile"]),
                log_dir, [(c["name"], c["type"]) for c in meta["schema"]["columns"]],
-               key_columns, module.EVENT_TIME_COLUMN, meta["schema"]["aggregates"],
+               key_columns, column, meta["schema"]["aggregates"],
                transform_module=meta["transform_module"], **options)
 
   # ------------------------------------------------------------------ public surface
   def log(self, record, aggregates=None, watermark=None):
-    """Accepts one raw record; aggregates: {name: int} (a name absent or None counts 0, as a
-    window the offline counts lack)."""
-    self.log_batch([record], [aggregates], watermark)
+    """Accepts one record: {column: value} (str, bytes, int, float, bool, datetime, date,
+    Decimal, a numpy scalar or None; "" is null, as in a CSV); aggregates: {name: int} holding
+    exactly the module's windowed aggregates; watermark: Unix seconds (or an aware datetime),
+    None: nothing is late. RecordError (a ValueError) for a record or aggregates it refuses."""
+    self._submit([(*self._rules.accept(record, aggregates), watermark_seconds(watermark))])
 
   def log_batch(self, records, aggregates=None, watermark=None):
-    """Accepts several raw records; aggregates: one {name: int} per record (or None)."""
+    """Accepts several records; aggregates: one {name: int} per record (None: for a module
+    without windowed aggregates)."""
     aggregates = [None] * len(records) if aggregates is None else list(aggregates)
     if len(aggregates) != len(records):
       raise UsageError("log_batch: one aggregates mapping per record")
-    if watermark is not None and (isinstance(watermark, bool) or not isinstance(
-        watermark, (int, np.integer))):
-      raise UsageError(f"watermark must be an integer event time, got {watermark!r}")
-    items = [self._accept(r, a, watermark) for r, a in zip(records, aggregates)]
-    ready = []
+    mark = watermark_seconds(watermark)
+    self._submit([(*self._rules.accept(r, a), mark) for r, a in zip(records, aggregates)])
+
+  def drain(self):
+    """Returns once every full batch handed to the worker so far is written (the open batch
+    stays open)."""
     with self._lock:
       if self._closed:
-        raise UsageError("the logger is closed")
-      self._buffer.extend(items)
-      self.stats["accepted"] += len(items)
-      while len(self._buffer) >= self._batch_size:
-        ready.append(self._buffer[:self._batch_size])
-        self._buffer = self._buffer[self._batch_size:]
-      self._in_flight += len(ready)
-    for batch in ready:  # processed outside the buffer lock: other threads keep logging
-      self._write(batch)
+        return
+      done = threading.Event()
+      self._queue.put(done)
+    done.wait()
+    self._raise_failure()
 
   def flush(self):
-    """Logs the open batch now."""
+    """Logs the open batch now and returns once it is written."""
     with self._lock:
-      batch, self._buffer = self._buffer, []
-      self._in_flight += 1 if batch else 0
-    if batch:
-      self._write(batch)
+      self._hand_over(len(self._buffer))
+    self.drain()
 
   def close(self):
-    """Flushes, and returns once every batch other threads took is written too."""
+    """Writes the open batch, waits for the worker, then merges each bucket's parts into one
+    (compact_on_close). A second call does nothing."""
     with self._lock:
+      if self._closed:
+        return
       self._closed = True
-    self.flush()
-    with self._idle:
-      self._idle.wait_for(lambda: self._in_flight == 0)
+      self._hand_over(len(self._buffer))
+      self._queue.put(_STOP)
+    self._worker.join()
+    try:
+      if self._error is None and self._compact:
+        self._compact_parts()
+    finally:
+      self._io.shutdown()
+    self._raise_failure()
+
+  def stats(self):
+    """Counts so far: accepted, logged (rows written), dropped (rows logged as dropped),
+    dropped_by_reason ({stage: {reason code: records}}), sampled_out, flushes and
+    pending_batches (full batches waiting for the worker)."""
+    with self._stats_lock:
+      out = dict(self._counts)
+      out[DROPPED_BY_REASON] = {s: dict(c) for s, c in self._dropped.items()}
+    out["pending_batches"] = self._queue.qsize()
+    return out
 
   def __enter__(self):
     return self
@@ -201,68 +232,134 @@ class ProductionLogger:
     self.close()
     return False
 
-  def _accept(self, record, aggregates, watermark):
-    if not isinstance(record, dict):
-      raise UsageError(f"a record is a dict column -> source text, got "
-                              f"{type(record).__name__}")
-    for name in self._names:
-      if not isinstance(record.get(name), (str, bytes, type(None))):
-        raise UsageError(f"column {name!r}: source text (str, bytes or None) expected, "
-                                f"got {type(record[name]).__name__}")
-    values = {}
-    for name in self._aggregates:
-      v = (aggregates or {}).get(name)
-      if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
-        raise UsageError(f"aggregate {name!r} must be an integer, got {v!r}")
-      values[name] = 0 if v is None else int(v)
-    return record, values, watermark
+  # ------------------------------------------------------------------ threads
+  def _submit(self, items):
+    self._raise_failure()
+    with self._lock:
+      if self._closed:
+        raise UsageError("the logger is closed")
+      self._buffer.extend(items)
+      self._counts["accepted"] += len(items)
+      while len(self._buffer) >= self._batch_size:
+        self._hand_over(self._batch_size)
+
+  def _hand_over(self, n):
+    """Queues the first n buffered records (caller holds _lock, so batches queue in arrival
+    order); blocks while max_pending_batches wait: back-pressure, never a lost record."""
+    if n:
+      batch, self._buffer = self._buffer[:n], self._buffer[n:]
+      self._queue.put(batch)
+
+  def _raise_failure(self):
+    if self._error is not None:
+      raise self._error
+
+  def _work(self):
+    """The worker: writes the batches in queue order. Batches already waiting are written
+    together, up to max_pending_batches of them (fewer, larger TFT calls and part files when
+    logging outpaces writing); a failure is kept and raised on the caller's next call."""
+    task = None
+    while True:
+      task = self._queue.get() if task is None else task
+      if task is _STOP:
+        return
+      if isinstance(task, threading.Event):
+        task.set()
+        task = None
+        continue
+      items, task = list(task), None
+      for _ in range(self._queue.maxsize - 1):
+        try:
+          task = self._queue.get_nowait()
+        except queue.Empty:
+          task = None
+          break
+        if not isinstance(task, list):
+          break
+        items += task
+        task = None
+      if self._error is None:  # after a failure, later batches are not written
+        try:
+          self._write_batch(items)
+        except Exception as e:  # noqa: BLE001 -- raised again on the caller's next call
+          self._error = e
 
   # ------------------------------------------------------------------ files
-  def _write(self, items):
-    try:
-      self._write_batch(items)
-    finally:
-      with self._idle:
-        self._in_flight -= 1
-        self._idle.notify_all()
+  def _part_bytes(self, table):
+    """A part's Parquet bytes (its rows already in _ORDER)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression=self._compression,
+                   use_dictionary=feature_log.dictionary_columns(table.schema.names))
+    return sink.getvalue().to_pybytes()
 
   def _write_batch(self, items):
     """Processes a batch, writes its parts (one per bucket), then the run metadata."""
-    with self._flush_lock:
-      rows = self._rules.rows(items)
-      self.stats["sampled_out"] = self._rules.sampled_out
-      for row in rows if self._secret is not None else ():
-        for col in self._pii:
-          name = col if col == feature_log.KEY else feature_log.value_column(col)
-          if row.get(name) is not None:
-            row[name] = pii_hash(row[name], self._secret)
-      table = pa.Table.from_pylist(rows, schema=self._schema)
-      buckets = feature_log.bucket_of(table.column(feature_log.KEY).combine_chunks(),
-                                      self._num_buckets)
-      for b in np.unique(buckets):
-        part = table.filter(pa.array(buckets == b)).sort_by(feature_log.KEY)
-        path = feature_log.part_path(int(b), self._num_buckets, self._next_part)
-        sink = pa.BufferOutputStream()
-        pq.write_table(part, sink, compression=self._compression,
-                       use_dictionary=feature_log.dictionary_columns(part.schema.names))
-        _write_atomically(os.path.join(self._log_dir, path), sink.getvalue().to_pybytes())
-        entry = self._buckets.setdefault(int(b), {
-            "rows": 0, "dropped": 0, "parts": [],
-            "digests": {s: fingerprint.empty_digest() for s in FP_STAGES}})
-        entry["rows"] += part.num_rows
-        entry["dropped"] += part.num_rows - part.column(feature_log.DROPPED_STAGE).null_count
-        entry["parts"].append(path)
-        for s, d in feature_log.stage_digests(part).items():
-          entry["digests"][s] = fingerprint.add_digests(entry["digests"][s], d)
-      self._next_part += 1
-      self.stats["flushes"] += 1
-      self.stats["logged"] += table.num_rows
-      self.stats["dropped"] += table.num_rows - table.column(feature_log.DROPPED_STAGE).null_count
-      self._save_metadata()
+    table = self._rules.rows(items)
+    buckets = feature_log.bucket_of(table.column(feature_log.KEY).combine_chunks(),
+                                    self._num_buckets)
+    # One sort, by bucket then _ORDER; each bucket's part is a slice of it.
+    order = pc.sort_indices(table.append_column(_BUCKET, pa.array(buckets)),
+                            [(_BUCKET, "ascending")] + _ORDER)
+    table, buckets = table.take(order), buckets[order.to_numpy()]
+    bounds = np.searchsorted(buckets, np.arange(self._num_buckets + 1))
+    parts = {feature_log.part_path(int(b), self._num_buckets, self._next_part):
+             (int(b), table.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])))
+             for b in np.flatnonzero(np.diff(bounds))}
+    # Parquet's writer releases the GIL: the parts are encoded side by side.
+    files = dict(zip(parts, self._io.map(self._part_bytes, [p for _, p in parts.values()])))
+    for path, (b, part) in parts.items():
+      entry = self._buckets.setdefault(b, {
+          "rows": 0, "dropped": 0, "parts": [],
+          "digests": {s: fingerprint.empty_digest() for s in FP_STAGES}})
+      entry["rows"] += part.num_rows
+      entry["dropped"] += part.num_rows - part.column(feature_log.DROPPED_STAGE).null_count
+      entry["parts"].append(path)
+      for s, d in feature_log.stage_digests(part).items():
+        entry["digests"][s] = fingerprint.add_digests(entry["digests"][s], d)
+    for path, tmp in self._stage(files).items():
+      os.replace(tmp, os.path.join(self._log_dir, path))
+    self._next_part += 1
+    with self._stats_lock:  # a snapshot for stats(): the rules' state is the worker's
+      self._dropped = {s: dict(c) for s, c in self._rules.dropped.items()}
+      self._counts["sampled_out"] = self._rules.sampled_out
+      self._counts["flushes"] += 1
+      self._counts["logged"] += table.num_rows
+      self._counts["dropped"] += table.num_rows - \
+          table.column(feature_log.DROPPED_STAGE).null_count
+    self._save_metadata()
+
+  def _stage(self, files):
+    """{path: temp name} of files {path: bytes} written and fsynced side by side (fsync waits
+    for the disk, not the CPU: the journal commits them together)."""
+    paths = list(files)
+    tmps = self._io.map(lambda p: _stage_file(os.path.join(self._log_dir, p), files[p]), paths)
+    return dict(zip(paths, tmps))
+
+  def _compact_parts(self):
+    """Merges each bucket's parts into one part (rows in _ORDER, so the bytes depend only on
+    the rows). Every merged part is staged first; then, in quick succession, the merged parts
+    are renamed into place, run_metadata.json is rewritten to list them, and the old parts are
+    deleted. A crash at any point leaves a log that resumes (unlisted files are removed)."""
+    merged = {b: e["parts"] for b, e in sorted(self._buckets.items()) if len(e["parts"]) > 1}
+    if not merged:
+      return
+    files = {}
+    for b, parts in merged.items():
+      table = pa.concat_tables([pq.read_table(os.path.join(self._log_dir, p)) for p in parts])
+      path = feature_log.part_path(b, self._num_buckets, self._next_part)
+      files[path] = self._part_bytes(table.cast(self._schema).sort_by(_ORDER))
+      self._buckets[b]["parts"] = [path]
+    for path, tmp in self._stage(files).items():
+      os.replace(tmp, os.path.join(self._log_dir, path))
+    self._next_part += 1
+    self._save_metadata()
+    for parts in merged.values():
+      for p in parts:
+        os.remove(os.path.join(self._log_dir, p))
 
   def _save_metadata(self):
-    _write_atomically(os.path.join(self._log_dir, run_metadata.FILE),
-                      run_metadata.dump(self._metadata()))
+    path = os.path.join(self._log_dir, run_metadata.FILE)  # temp name, fsync, rename
+    os.replace(_stage_file(path, run_metadata.dump(self._metadata())), path)
 
   def _metadata(self):
     n = self._num_buckets
@@ -275,15 +372,18 @@ class ProductionLogger:
         content_digest=fingerprint.digest_hex(self._rules.content),
         key_columns=self._key_columns, columns=self._columns, aggregates=self._aggregates,
         runner=RUNNER, analyze=self._analyze, num_buckets=n, buckets=buckets,
-        versions_=self._versions)
+        versions_=self._versions, event_time=self._event)
     doc["log"]["parts"] = self._next_part
+    doc["log"][DROPPED_BY_REASON] = {s: dict(sorted(c.items()))
+                                     for s, c in sorted(self._rules.dropped.items())}
     if self._pii:
       doc["pii"] = {"columns": self._pii, "hash": "hmac-sha256"}
     return doc
 
   def _open_log_dir(self):
     """Creates LOG_DIR, or resumes the log it holds. Part and temp files its metadata does not
-    list (the batch open at a crash) are removed, so parts and metadata agree."""
+    list (the batches open at a crash, an unfinished merge) are removed, so parts and metadata
+    agree."""
     log_dir = os.path.join(self._log_dir, feature_log.LOG_DIR)
     os.makedirs(log_dir, exist_ok=True)
     path = os.path.join(self._log_dir, run_metadata.FILE)
@@ -297,10 +397,12 @@ class ProductionLogger:
                   key_columns=meta["input"]["key_columns"] == self._key_columns)
       if not all(same.values()):
         raise UsageError(f"{self._log_dir} holds another log ("
-                                f"{', '.join(k for k, v in same.items() if not v)} differ); "
-                                "use a new log directory")
+                         f"{', '.join(k for k, v in same.items() if not v)} differ); "
+                         "use a new log directory")
       self._next_part = meta["log"]["parts"]
       self._rules.content = fingerprint.parse_digest(meta["input"]["content_digest"])
+      self._rules.dropped = {s: dict(c) for s, c in
+                             meta["log"].get(DROPPED_BY_REASON, {}).items()}
       for b in meta["log"]["buckets"]:
         self._buckets[b["bucket"]] = {
             "rows": b["rows"], "dropped": b["dropped"], "parts": list(b["parts"]),

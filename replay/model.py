@@ -43,6 +43,7 @@ class Records(_Part):
   divergent: int
   duplicate_keys_offline: int
   duplicate_keys_production: int
+  not_served: int  # offline records a partial production side never saw (not divergence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,8 @@ class Report:
   buckets: Buckets
   samples: dict
   exit_code: int
+  scope: str = "all"  # "production": offline records a partial production log never saw are
+                      # not_served (replay/compare.py Context.partial_production)
   format: str = REPORT_FORMAT
 
   def to_dict(self):
@@ -120,20 +123,21 @@ class Report:
         "features": {n: f.to_dict() for n, f in sorted(self.features.items())},
         "suspected_causes": [c.to_dict() for c in self.suspected_causes],
         "drift": self.drift, "buckets": self.buckets.to_dict(), "samples": self.samples,
-        "exit_code": self.exit_code}
+        "exit_code": self.exit_code, "scope": self.scope}
 
 
 def divergent_fraction(records):
   """(divergent + offline_only + production_only) / (matched_keys + offline_only +
   production_only): a key kept on one side only is a divergence too (a record the other side
-  never served or never trained on)."""
+  never served or never trained on). Records a partial production log never saw (not_served)
+  are in neither."""
   r = records
   return (r["divergent"] + r["offline_only"] + r["production_only"]) / \
       max(1, r["matched_keys"] + r["offline_only"] + r["production_only"])
 
 
 def build_report(partial, offline, production, tolerance, max_divergent_fraction, causes,
-                 buckets_total):
+                 buckets_total, scope="all"):
   """The Report of a merged Partial. offline / production: Side; tolerance: Tolerance;
   causes: metadata.suspected_causes(...) (their record counts are filled in here)."""
   rec = dict(partial.records, offline=offline.rows, production=production.rows)
@@ -161,4 +165,4 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
       drift=drifts,
       buckets=Buckets(total=buckets_total, compared=partial.buckets,
                       skipped_equal=buckets_total - partial.buckets),
-      samples=samples, exit_code=int(fraction > max_divergent_fraction))
+      samples=samples, exit_code=int(fraction > max_divergent_fraction), scope=scope)

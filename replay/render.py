@@ -16,7 +16,7 @@ __all__ = ["STAGES", "TREND_NIGHTS", "verdict", "render_text", "render_html"]
 
 RECORD_FIELDS = ("offline", "production", "matched_keys", "offline_only", "production_only",
                  "dropped_both", "identical", "within_tolerance", "divergent",
-                 "duplicate_keys_offline", "duplicate_keys_production")
+                 "duplicate_keys_offline", "duplicate_keys_production", "not_served")
 TOP_FEATURES, TOP_CAUSES = 10, 12  # text summary
 HISTOGRAM_FEATURES = 6     # HTML: histograms of this many most divergent features
 MAX_BINS = 40              # HTML: bins drawn per histogram (largest kept, in bin order)

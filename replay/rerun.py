@@ -2,13 +2,16 @@
 
 The way to test whether a configuration change explains an observed skew: the same records,
 the same transform module, only the profile differs, so every divergence the diff reports is
-the profile's doing (and its suspected causes name the profile fields).
+the profile's doing (and its suspected causes name the profile fields). With
+--transform_fn_dir_a / --transform_fn_dir_b a side transforms with a given transform_fn (e.g.
+production's) instead of analysing the snapshot (pipelines.features --transform_fn_dir).
 
 DirectRunner:
   python -m replay.rerun --input data/chicago_taxi/data.csv --transform_module transforms.taxi \
       --profile_a profiles/offline.yaml --profile_b profiles/production.yaml --output_dir out/rerun \
       [--schema data/chicago_taxi/schema.pbtxt] [--key_columns a,b] \
-      [--abs_tol X] [--rel_tol Y] [--tolerance feature=abs:rel ...] [--max_divergent_fraction F]
+      [--abs_tol X] [--rel_tol Y] [--tolerance feature=abs:rel ...] \
+      [--max_divergent_fraction F] [--transform_fn_dir_a DIR] [--transform_fn_dir_b DIR]
 Dataflow: add --runner DataflowRunner --project P --region R --temp_location gs://B/tmp
   --setup_file ./setup.py (input and output on gs://); every Beam flag goes to all three jobs.
 
@@ -43,11 +46,18 @@ class RerunOptions(PipelineOptions):
   def _add_argparse_args(cls, parser):
     parser.add_argument("--profile_a", help="Run profile of side A (the diff's offline side).")
     parser.add_argument("--profile_b", help="Run profile of side B (the diff's production side).")
+    parser.add_argument("--transform_fn_dir_a",
+                        help="Side A transforms with this TF Transform output folder instead of "
+                             "analysing the snapshot (pipelines.features --transform_fn_dir).")
+    parser.add_argument("--transform_fn_dir_b",
+                        help="Side B transforms with this TF Transform output folder, e.g. "
+                             "production's transform_fn.")
     # --output_dir and --overwrite: common.OutputOptions.
 
 
 _SOURCES = ((ingest.IngestOptions, INGEST_FLAGS), (features.FeaturesOptions, FEATURES_FLAGS),
-            (diff.DiffOptions, DIFF_FLAGS), (RerunOptions, ("profile_a", "profile_b")),
+            (diff.DiffOptions, DIFF_FLAGS),
+            (RerunOptions, ("profile_a", "profile_b", "transform_fn_dir_a", "transform_fn_dir_b")),
             (common.OutputOptions, ("output_dir", "overwrite")))
 
 
@@ -101,6 +111,10 @@ def _plan(argv):
       features.load_profile_and_module(getattr(own, name), module)
     except common.UsageError as e:  # name the flag rerun was given
       raise common.UsageError(str(e).replace("--profile ", f"--{name} ", 1)) from None
+  for side in ("a", "b"):  # whether its inputs fit the snapshot: when that side's job plans
+    if getattr(own, f"transform_fn_dir_{side}"):
+      features.check_transform_fn_dir(getattr(own, f"transform_fn_dir_{side}"),
+                                      flag=f"--transform_fn_dir_{side}")
   out, overwrite = out_opts.output_dir, out_opts.overwrite
   dataset.refuse_foreign_entries(out, overwrite)
   dirs = {d: FileSystems.join(out, d) for d in SUBDIRS}
@@ -109,10 +123,10 @@ def _plan(argv):
                                 output_dir=dirs["ingest"]),
       "a": common.flags_of(features.FeaturesFlags, options, features.FeaturesOptions,
                            input_dir=dirs["ingest"], output_dir=dirs["a"],
-                           profile=own.profile_a),
+                           profile=own.profile_a, transform_fn_dir=own.transform_fn_dir_a),
       "b": common.flags_of(features.FeaturesFlags, options, features.FeaturesOptions,
                            input_dir=dirs["ingest"], output_dir=dirs["b"],
-                           profile=own.profile_b),
+                           profile=own.profile_b, transform_fn_dir=own.transform_fn_dir_b),
       "diff": common.flags_of(diff.DiffFlags, options, diff.DiffOptions, offline=dirs["a"],
                               production=dirs["b"], output_dir=dirs["diff"]),
   }
@@ -129,7 +143,9 @@ def run(argv=None, save_main_session=True):
   print(f"== ingest -> {dirs['ingest']}")
   ingest.run_job(flags["ingest"], options)
   for side in ("a", "b"):
-    print(f"== features, profile {side.upper()} -> {dirs[side]}")
+    given = flags[side].transform_fn_dir
+    print(f"== features, profile {side.upper()}"
+          + (f", transform_fn {given}" if given else "") + f" -> {dirs[side]}")
     features.run_job(flags[side], options)
   print(f"== diff A (offline) vs B (production) -> {dirs['diff']}")
   return diff.run_job(flags["diff"], options)

@@ -246,9 +246,12 @@ def test_shards_carry_raw_and_parse_stage_fingerprints(taxi_runs):
       os.path.join(taxi_runs["direct"], "parquet", "*.parquet")))])
   with open(TAXI_CSV, newline="", encoding="utf-8") as f:
     rows = list(csv.DictReader(f))
-  # raw: each cell's source text (an empty cell is null), by the per-record coding.
-  want_raw = sorted(fingerprint.fingerprint_record({k: (v if v != "" else None)
-                                                    for k, v in r.items()}) for r in rows)
+  from tests import canonical_ref
+  # raw: each cell's canonical text (an empty cell is null; docs/fingerprint.md), computed by
+  # the independent reference, by the per-record coding.
+  want_raw = sorted(fingerprint.fingerprint_record(
+      {k: (canonical_ref.canonical_text(v) if v != "" else None) for k, v in r.items()})
+      for r in rows)
   got_raw = sorted(table.column("__raw_fp__").to_numpy().view(np.uint64).tolist())
   assert got_raw == want_raw
   # parse: the typed values; the content key is its hex.

@@ -21,6 +21,7 @@ from tests.conftest import ROOT, TAXI_CSV
 from transforms.spec import feature_log
 from transforms.spec import fingerprint
 from transforms.spec import profile as profiles
+from transforms.spec import values
 from transforms.spec.stages import FP_STAGES
 
 AGG = online_store.AGG
@@ -67,7 +68,28 @@ def production(offline, taxi, tmp_path_factory):
   return log_dir
 
 
-def test_taxi_sample_logs_exactly_as_offline(offline, production):
+def json_records(records, offline):
+  """The records as a JSON Lines rendering of the CSV gives them, parsed back: null for an
+  empty cell, numbers for INT and FLOAT columns, strings for BYTES ones."""
+  types = {c["name"]: c["type"] for c in _meta(offline)["schema"]["columns"]}
+  cast = {"INT": int, "FLOAT": float}
+  lines = [json.dumps({k: None if v == "" else cast.get(types[k], str)(v)
+                       for k, v in r.items()}) for r in records]
+  return [json.loads(line) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def production_typed(offline, taxi, tmp_path_factory):
+  """The taxi sample logged as typed values (a JSON Lines rendering of the CSV, parsed)."""
+  records, aggs = taxi
+  log_dir = str(tmp_path_factory.mktemp("production_typed_log"))
+  with _logger(offline, log_dir, batch_size=4096) as logger:
+    for record, agg in zip(json_records(records, offline), aggs):
+      logger.log(record, agg)
+  return log_dir
+
+
+def _assert_logs_as_offline(offline, production):
   off, prod = _read_log(offline), _read_log(production)
   first = sorted(glob.glob(os.path.join(offline, "feature_log", "*.parquet")))[0]
   assert prod.schema == pq.read_schema(first)  # same columns, order and Arrow types
@@ -92,13 +114,36 @@ def test_taxi_sample_logs_exactly_as_offline(offline, production):
                        for n in names)
 
 
+def test_taxi_sample_logs_exactly_as_offline(offline, production):
+  _assert_logs_as_offline(offline, production)
+
+
+def test_taxi_sample_as_typed_values_logs_exactly_as_offline(offline, production_typed):
+  _assert_logs_as_offline(offline, production_typed)
+
+
+def _bucket_bytes(log_dir):
+  return {re.sub(r"-part-\d{6}", "", os.path.basename(p)): open(p, "rb").read()
+          for p in glob.glob(os.path.join(log_dir, "feature_log", "*.parquet"))}
+
+
+def test_typed_values_and_csv_text_give_the_same_log_bytes(production, production_typed):
+  """Same fingerprints at every stage and same values: each bucket's one part (after close)
+  holds the same bytes."""
+  text, typed = _bucket_bytes(production), _bucket_bytes(production_typed)
+  assert len(text) == 16 and text.keys() == typed.keys()
+  assert all(text[b] == typed[b] for b in text)
+
+
 def test_run_metadata_matches_offline_digests(offline, production):
   off, prod = _meta(offline), _meta(production)
   assert prod["runner"] == "ProductionLogger"
-  for field in ("format", "profile", "schema", "stages", "analyze", "transform_module"):
+  for field in ("format", "profile", "schema", "stages", "analyze", "transform_module",
+                "event_time"):
     assert prod[field] == off[field], field
   assert prod["input"]["content_digest"] == off["input"]["content_digest"]
   assert prod["input"]["key_columns"] == off["input"]["key_columns"] == []
+  assert prod["log"]["dropped_by_reason"] == {}
   assert prod["log"]["rows"] == off["log"]["rows"]
   want = {b["bucket"]: b["digests"] for b in off["log"]["buckets"]}
   got = {b["bucket"]: b["digests"] for b in prod["log"]["buckets"]}
@@ -112,6 +157,11 @@ def test_run_metadata_matches_offline_digests(offline, production):
     validator = jsonschema.Draft202012Validator(json.load(f))
   errors = [e.message for e in validator.iter_errors(prod)]
   assert not errors, errors
+
+
+def canonical(text):
+  """A cell's canonical text (spec/values.py), one cell at a time."""
+  return None if text is None else values.canonical_text(pa.array([text]))[0].as_py()
 
 
 def _small(taxi, n, start=0):
@@ -133,7 +183,9 @@ def test_parse_failure_and_late_records_are_logged_as_dropped_with_reasons(offli
   rows = {r["fp_raw"]: r for r in _read_log(str(tmp_path)).to_pylist()}
   assert len(rows) == 4
   names = [c["name"] for c in _meta(offline)["schema"]["columns"]]
-  raw = [fingerprint.fingerprint_record({n: r[n] or None for n in names}) for r in records]
+  # The raw stage covers each cell's canonical text ("0.0" -> "0"), by the per-record coding.
+  raw = [fingerprint.fingerprint_record({n: canonical(r[n] or None) for n in names})
+         for r in records]
   bad, untimed, kept, late = (rows[fp] for fp in raw)
   assert (bad["dropped_stage"], bad["drop_reason"]) == ("parse",
                                                         "column 'fare': 'twelve' is not FLOAT")
@@ -150,6 +202,8 @@ def test_parse_failure_and_late_records_are_logged_as_dropped_with_reasons(offli
     jsonschema.validate(row, row_schema)
   meta = _meta(str(tmp_path))
   assert sum(b["dropped"] for b in meta["log"]["buckets"]) == 3
+  by_reason = {"parse": {"not_type": 1}, "window": {"late": 1, "no_event_time": 1}}
+  assert meta["log"]["dropped_by_reason"] == logger.stats()["dropped_by_reason"] == by_reason
   assert sum(int(b["digests"]["parse"].split(":")[0]) for b in meta["log"]["buckets"]) == 3
 
 
@@ -163,7 +217,7 @@ def test_sampling_keeps_the_keys_shard_records_keeps(offline, taxi, tmp_path):
   records, aggs = taxi
   with _logger(offline, tmp_path, profile=prof, batch_size=4096) as logger:
     logger.log_batch(records, aggs)
-  stats = dict(logger.stats)
+  stats = logger.stats()
   got = _read_log(str(tmp_path)).column("key").to_pylist()
   keys = _read_log(offline).column("key")
   assert 0.2 * len(keys) < len(got) < 0.3 * len(keys)
@@ -232,7 +286,8 @@ def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
   log_dir = str(tmp_path)
   logger = _logger(offline, log_dir, batch_size=100)
   logger.log_batch(records[:250], aggs[:250])
-  del logger  # abandoned without close: the open batch (50 records) is lost
+  logger.drain()  # the two full batches are written; the open one (50 records) is not
+  del logger  # abandoned without close: the open batch is lost
   assert _consistent(log_dir)["log"]["rows"] == 200
   # A crash between a part's rename and the metadata: the part is not listed.
   part = sorted(glob.glob(os.path.join(log_dir, "feature_log", "*.parquet")))[0]
@@ -243,9 +298,45 @@ def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
     logger.log_batch(records[250:], aggs[250:])
   assert not os.path.exists(orphan) and not glob.glob(os.path.join(log_dir, "*", "*.tmp"))
   meta = _consistent(log_dir)
-  assert meta["log"]["rows"] == 250 and meta["log"]["parts"] == 3
+  assert meta["log"]["rows"] == 250
+  assert all(len(b["parts"]) == 1 for b in meta["log"]["buckets"])  # merged on close
   keys = _read_log(log_dir).column("key").to_pylist()
   assert len(set(keys)) == 250
+
+
+def test_a_crash_while_merging_leaves_a_log_that_resumes(offline, taxi, tmp_path):
+  """close() stages every merged part, renames them, rewrites the metadata, deletes the old
+  parts: a crash after any step leaves a log whose files agree with its metadata on resume."""
+  records, aggs = _small(taxi, 300)
+  for step in ("staged", "renamed", "listed"):
+    log_dir = str(tmp_path / step)
+    logger = _logger(offline, log_dir, batch_size=100, compact_on_close=False)
+    for lo in range(0, 300, 100):
+      logger.log_batch(records[lo:lo + 100], aggs[lo:lo + 100])
+      logger.drain()  # one part per bucket per batch
+    logger.close()
+    before = _consistent(log_dir)
+    assert all(len(b["parts"]) > 1 for b in before["log"]["buckets"])
+    logger = _logger(offline, log_dir, batch_size=100)
+    crash = {"staged": "replace", "renamed": "_save_metadata", "listed": "remove"}[step]
+    with pytest.MonkeyPatch.context() as m:
+      if crash == "_save_metadata":
+        m.setattr(logger, "_save_metadata", _boom)
+      else:
+        m.setattr(os, crash, _boom)
+      with pytest.raises(OSError, match="crash"):
+        logger.close()
+    with _logger(offline, log_dir, batch_size=100) as again:
+      pass
+    meta = _consistent(log_dir)
+    assert {b["bucket"]: b["digests"] for b in meta["log"]["buckets"]} == \
+        {b["bucket"]: b["digests"] for b in before["log"]["buckets"]}
+    assert again.stats()["logged"] == 0 and meta["log"]["rows"] == 300
+    assert all(len(b["parts"]) == 1 for b in meta["log"]["buckets"])
+
+
+def _boom(*args, **kwargs):
+  raise OSError("crash")
 
 
 def test_concurrent_threads_lose_and_duplicate_nothing(offline, taxi, tmp_path):
@@ -277,14 +368,17 @@ def test_concurrent_threads_lose_and_duplicate_nothing(offline, taxi, tmp_path):
 
 
 def test_bad_input_is_a_usage_error(offline, taxi, tmp_path):
+  from replay.logger import RecordError
   records, aggs = _small(taxi, 2)
   logger = _logger(offline, tmp_path / "a")
   with pytest.raises(common.UsageError, match="dict"):
     logger.log(["not", "a", "dict"])
-  with pytest.raises(common.UsageError, match="'fare': source text"):
-    logger.log(dict(records[0], fare=12.5), aggs[0])
-  with pytest.raises(common.UsageError, match=AGG):
+  with pytest.raises(RecordError, match="column 'fare': a scalar .* got list"):
+    logger.log(dict(records[0], fare=[12.5]), aggs[0])
+  with pytest.raises(RecordError, match=f"aggregate '{AGG}' must be an integer, got '3'"):
     logger.log(records[0], {AGG: "3"})
+  with pytest.raises(common.UsageError, match="watermark"):
+    logger.log(records[0], aggs[0], watermark="late")
   logger.close()
   with pytest.raises(common.UsageError, match="closed"):
     logger.log(records[1], aggs[1])
@@ -294,6 +388,58 @@ def test_bad_input_is_a_usage_error(offline, taxi, tmp_path):
       again.log(records[1], aggs[1])
   assert feature_log.LOG_SEED == _meta(str(tmp_path / "a"))["log"]["seed"]
   assert np.sum([b["rows"] for b in _meta(str(tmp_path / "a"))["log"]["buckets"]]) == 0
+
+
+@pytest.mark.parametrize("record,aggregates,message", [
+    ({"fare_typo": "1"}, "valid", "unknown column(s) 'fare_typo': not in the record schema of the "
+                               "offline run"),
+    ({}, {AGG: 3, "trips_in_area": 1}, "aggregates: 'trips_in_area' not declared by the feature "
+                                       f"module (declared: '{AGG}')"),
+    ({}, {}, f"aggregates: '{AGG}' missing (declared: '{AGG}')"),
+    ({}, {AGG: None}, f"aggregate '{AGG}' must be an integer, got None"),
+    ({}, None, f"aggregates '{AGG}' expected (one {{name: int}} per record), got NoneType"),
+    ({}, {AGG: True}, f"aggregate '{AGG}' must be an integer, got True")])
+def test_an_unknown_column_or_aggregate_is_a_one_line_value_error(offline, taxi, tmp_path,
+                                                                  record, aggregates, message):
+  """Never a silent 0 (nor a silently dropped column): a ValueError naming what is wrong."""
+  records, aggs = _small(taxi, 1)
+  with _logger(offline, tmp_path) as logger:
+    with pytest.raises(ValueError) as e:
+      logger.log(dict(records[0], **record), aggs[0] if aggregates == "valid" else aggregates)
+    assert str(e.value) == message and "\n" not in str(e.value)
+    assert isinstance(e.value, common.UsageError)
+  assert logger.stats()["accepted"] == 0 and _meta(str(tmp_path))["log"]["rows"] == 0
+
+
+def test_log_returns_before_the_transform_runs(offline, taxi, tmp_path, monkeypatch):
+  """A full batch goes to the worker thread: log() does not wait for it, close() does."""
+  records, aggs = _small(taxi, 20)
+  logger = _logger(offline, tmp_path, batch_size=10)
+  release, rows = threading.Event(), logger._rules.rows
+
+  def slow_rows(items):
+    release.wait(timeout=60)
+    return rows(items)
+
+  monkeypatch.setattr(logger._rules, "rows", slow_rows)
+  logger.log_batch(records, aggs)  # two full batches: handed over, not processed here
+  assert logger.stats()["logged"] == 0
+  release.set()
+  logger.close()
+  assert logger.stats()["logged"] == 20 and _meta(str(tmp_path))["log"]["rows"] == 20
+
+
+def test_a_failure_on_the_worker_is_raised_to_the_caller(offline, taxi, tmp_path, monkeypatch):
+  records, aggs = _small(taxi, 4)
+  logger = _logger(offline, tmp_path, batch_size=2)
+  monkeypatch.setattr(logger._rules, "rows", _boom)
+  logger.log_batch(records[:2], aggs[:2])
+  with pytest.raises(OSError, match="crash"):
+    logger.flush()
+  with pytest.raises(OSError, match="crash"):
+    logger.log(records[2], aggs[2])
+  with pytest.raises(OSError, match="crash"):
+    logger.close()
 
 
 def test_replay_diff_finds_no_divergent_record(offline, production, taxi, tmp_path):
@@ -306,12 +452,30 @@ def test_replay_diff_finds_no_divergent_record(offline, production, taxi, tmp_pa
   assert sum(report["first_divergent_stage"].values()) == 0
   # A partial log in several parts per bucket: every bucket differs, so each is read and joined.
   records, aggs = _small(taxi, 500)
-  with _logger(offline, tmp_path / "partial", batch_size=200) as logger:
-    logger.log_batch(records, aggs)
-  code = diff.run(["--offline", offline, "--production", str(tmp_path / "partial"),
-                   "--output_dir", str(tmp_path / "out")])
-  report = json.load(open(tmp_path / "out" / "report.json", encoding="utf-8"))
-  assert report["buckets"]["compared"] == 16 and code == report["exit_code"]
-  assert report["records"]["identical"] == report["records"]["matched_keys"] == 500
-  assert report["records"]["divergent"] == 0 and report["records"]["offline_only"] == 14502
-  assert sum(report["first_divergent_stage"].values()) == 0
+  reports = {}
+  for merged in (False, True):
+    name = "merged" if merged else "parts"
+    with _logger(offline, tmp_path / name, batch_size=100, compact_on_close=merged) as logger:
+      for lo in range(0, 500, 100):
+        logger.log_batch(records[lo:lo + 100], aggs[lo:lo + 100])
+        logger.drain()  # one part per bucket per batch
+    code = diff.run(["--offline", offline, "--production", str(tmp_path / name),
+                     "--output_dir", str(tmp_path / f"out_{name}")])
+    report = json.load(open(tmp_path / f"out_{name}" / "report.json", encoding="utf-8"))
+    assert report["buckets"]["compared"] == 16 and code == report["exit_code"]
+    assert report["records"]["identical"] == report["records"]["matched_keys"] == 500
+    assert report["records"]["divergent"] == 0 and report["records"]["offline_only"] == 14502
+    assert sum(report["first_divergent_stage"].values()) == 0
+    reports[name] = report
+  parts = {name: glob.glob(str(tmp_path / name / "feature_log" / "*.parquet"))
+           for name in reports}
+  listed = sum(len(b["parts"]) for b in _meta(str(tmp_path / "parts"))["log"]["buckets"])
+  assert len(parts["parts"]) == listed > 4 * 16  # most buckets have a part from every batch
+  assert len(parts["merged"]) == 16  # one part per bucket
+  assert _without_paths(reports["parts"]) == _without_paths(reports["merged"])
+
+
+def _without_paths(report):
+  """A report with the production directory left out: what the diff found."""
+  text = json.dumps(report, sort_keys=True)
+  return re.sub(r'"[^"]*/(parts|merged)\b[^"]*"', '"DIR"', text)

@@ -47,6 +47,16 @@ def same_rerun(tmp_path_factory):
   return rerun.run(_argv(out, OFFLINE)), str(out)
 
 
+@pytest.fixture(scope="module")
+def replay_rerun(taxi_features, tmp_path_factory):
+  """Side B transforms with the taxi features run's transform_fn, side A analyses: the same
+  snapshot (ingested as that run's input was), the same profile."""
+  out = tmp_path_factory.mktemp("rerun_replay") / "out"
+  fn_dir = os.path.join(taxi_features["direct"], "transform_fn")
+  return rerun.run(_argv(out, OFFLINE, "--num_shards", "4", "--transform_fn_dir_b",
+                         fn_dir)), str(out), fn_dir
+
+
 def test_window_offset_change_is_attributed_to_the_window_stage(offset_rerun):
   code, out = offset_rerun
   assert code == 1
@@ -83,6 +93,17 @@ def test_the_same_profile_twice_shows_no_divergence(same_rerun):
   assert report["suspected_causes"] == []
 
 
+def test_a_side_given_a_transform_fn_replays_it(replay_rerun):
+  code, out, fn_dir = replay_rerun
+  report = _report(out)
+  assert code == 0 and report["records"]["divergent"] == 0
+  metas = [json.load(open(os.path.join(out, side, "run_metadata.json"), encoding="utf-8"))
+           for side in ("a", "b")]
+  assert metas[0]["transform_fn"]["source"] is None
+  assert metas[1]["transform_fn"]["source"] == fn_dir
+  assert metas[0]["analyze"] == metas[1]["analyze"]
+
+
 def test_flags_are_routed_to_the_jobs_that_own_them(tmp_path):
   dirs, options, flags = rerun._plan(_argv(  # pylint: disable=protected-access
       tmp_path / "out", OFFLINE, "--tolerance", "fare=0.1:0", "--tolerance=tips=0:0.01",
@@ -96,6 +117,14 @@ def test_flags_are_routed_to_the_jobs_that_own_them(tmp_path):
   assert (b.input_dir, b.output_dir, b.profile, b.transform_module, b.log_buckets) == \
       (dirs["ingest"], dirs["b"], OFFLINE, "transforms.taxi", 4)
   assert flags["a"].profile == OFFLINE and flags["a"].output_dir == dirs["a"]
+  assert flags["a"].transform_fn_dir is None and b.transform_fn_dir is None
+  fn_dir = tmp_path / "fn"
+  for sub in ("transform_fn/saved_model.pb", "transformed_metadata/schema.pbtxt"):
+    (fn_dir / sub).parent.mkdir(parents=True, exist_ok=True)
+    (fn_dir / sub).write_text("")
+  _, _, flags = rerun._plan(_argv(  # pylint: disable=protected-access
+      tmp_path / "out", OFFLINE, "--transform_fn_dir_b", str(fn_dir)))
+  assert flags["a"].transform_fn_dir is None and flags["b"].transform_fn_dir == str(fn_dir)
   assert (d.offline, d.production, d.output_dir) == (dirs["a"], dirs["b"], dirs["diff"])
   assert d.tolerance == ["fare=0.1:0", "tips=0:0.01"] and d.max_divergent_fraction == 0.5
   from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
@@ -108,6 +137,7 @@ def test_flags_are_routed_to_the_jobs_that_own_them(tmp_path):
     (["--profile", OFFLINE], "sets --profile itself"),
     (["--offline", "/tmp"], "sets --offline itself"),
     (["--formats", "tfrecord"], "sets --formats itself"),
+    (["--transform_fn_dir", "/tmp"], "sets --transform_fn_dir itself"),  # _a / _b per side
 ])
 def test_flags_that_rerun_does_not_take_are_usage_errors(tmp_path, extra, message):
   out = tmp_path / "out"
@@ -129,6 +159,8 @@ def test_missing_or_bad_inputs_fail_before_any_job_runs(tmp_path):
     rerun.run(_argv(out, OFFLINE, "--transform_module", "transforms.no_such_module"))
   with pytest.raises(common.UsageError, match="lacks preprocessing_fn"):  # imports, not a module
     rerun.run(_argv(out, OFFLINE, "--transform_module", "transforms.spec.profile"))
+  with pytest.raises(common.UsageError, match="--transform_fn_dir_a .*: not a TF Transform"):
+    rerun.run(_argv(out, OFFLINE, "--transform_fn_dir_a", str(tmp_path / "no_fn")))
   assert not out.exists()
   out.mkdir()
   (out / "keep.txt").write_text("x")
@@ -141,7 +173,8 @@ def test_help_lists_only_the_flags_rerun_takes():
   with pytest.raises(common.HelpRequested) as e:
     rerun.run(["--help"])
   text = str(e.value)
-  for flag in ("--input", "--profile_a", "--profile_b", "--schema", "--key_columns",
+  for flag in ("--input", "--profile_a", "--profile_b", "--transform_fn_dir_a",
+               "--transform_fn_dir_b", "--schema", "--key_columns",
                "--abs_tol", "--tolerance", "--max_divergent_fraction", "--output_dir"):
     assert flag in text, flag
   for flag in ("--input_dir", "--offline", "--production", "--formats", "--profile "):

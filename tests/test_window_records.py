@@ -176,3 +176,45 @@ def test_counts_from_a_projected_second_input_equal_counts_from_the_batches(late
       assert_that(kept, equal_to(expected_fp))
       assert_that(dropped, equal_to(["d"] if lateness is None else ["a", "b", "d"]),
                   label="CheckDropped")
+
+
+def test_declared_event_time_formats_window_and_take_the_watermark_in_unix_seconds():
+  # The same instants as epoch seconds, epoch milliseconds and ISO-8601 text (Z, an offset,
+  # naive read as UTC): the same windows, counts, fingerprints and late drops. The watermark is
+  # the largest instant in seconds: taken over the raw milliseconds it would make every record
+  # late, over the text it would not be a time at all.
+  import datetime
+  base = 472222 * 3600  # a window boundary in November 2023
+  seconds = [base + 10, base + 3599, base + 3600, None, base + 7300]
+  utc = datetime.timezone.utc
+
+  def iso(i, t):
+    if t is None:
+      return None
+    when = datetime.datetime.fromtimestamp(t, utc)
+    return [when.strftime("%Y-%m-%dT%H:%M:%S.750Z"),
+            when.astimezone(datetime.timezone(datetime.timedelta(hours=5, minutes=30)))
+            .isoformat(), when.replace(tzinfo=None).isoformat(), None,
+            when.isoformat()][i]
+
+  records = pa.record_batch({
+      "__key__": ["a", "b", "c", "d", "e"], "area": pa.array([1, 1, None, 1, None], pa.int64()),
+      "t": pa.array(seconds, pa.int64()),
+      "t_ms": pa.array([None if t is None else t * 1000 + 999 for t in seconds], pa.int64()),
+      "t_iso": pa.array([iso(i, t) for i, t in enumerate(seconds)], pa.string())})
+  lateness = dataclasses.replace(BASE, allowed_lateness=3600)
+  aggregates = [{"name": "n", "group_by": "area", "fn": "count"}]
+  expected = [(k, n, fingerprint.fingerprint_record(
+      {stages.WINDOW_START: base + s, stages.WINDOW_END: base + s + 3600, "n": n}))
+      for k, n, s in [("c", 1, 3600), ("e", 1, 7200)]]
+  with test_pipeline.TestPipeline() as p:
+    batches = p | beam.Create([records.slice(0, 2), records.slice(2)])
+    for label, column, form in [("Seconds", "t", "seconds"), ("Ms", "t_ms", "ms"),
+                                ("Iso", "t_iso", "iso8601")]:
+      out = batches | label >> wr.WindowRecords(column, aggregates, lateness, event_format=form)
+      kept = out["kept"] | f"Rows{label}" >> beam.FlatMap(lambda b: [
+          (r["__key__"], r["n"], r[stages.WINDOW_FP]) for r in b.to_pylist()])
+      dropped = out[wr.DROPPED] | f"Dropped{label}" >> beam.FlatMap(
+          lambda b: b.column("__key__").to_pylist())
+      assert_that(kept, equal_to(expected), label=f"CheckKept{label}")
+      assert_that(dropped, equal_to(["a", "b", "d"]), label=f"CheckDropped{label}")

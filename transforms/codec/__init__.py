@@ -6,4 +6,5 @@ kernel's own file: after editing such a helper alone, delete transforms/codec/__
 so that the kernels using it are compiled again.
 """
 __all__ = ["arrow_buffers", "crc32c", "csv_records", "example_decode", "example_encode",
-           "example_parse", "kinds", "tfrecord", "words", "xxh64"]
+           "example_parse", "example_records", "json_values", "jsonl_records", "kinds",
+           "parquet_records", "request_logs", "sources", "tfrecord", "words", "xxh64"]

@@ -14,18 +14,24 @@ Each output's fingerprint is transforms.spec.fingerprint of {"dtype", "shape", "
 `definition` only their names, dtypes and shapes -- what the preprocessing_fn declares, not
 what the data gave. A diff tells "analyzed on other data" (values differ, definition equal)
 from "a changed preprocessing_fn" (definition differs).
+
+A run that transforms with a given transform_fn (pipelines.features --transform_fn_dir) records
+these same fingerprints, read the same way from its copy of that transform_fn, and also the
+folder's content_digest: which artifacts, byte for byte, it replayed.
 """
-import os
+import hashlib
 import re
 
 import numpy as np
 
 from transforms.spec import fingerprint
 
-__all__ = ["analyzer_outputs", "analyze_fingerprints"]
+__all__ = ["analyzer_outputs", "analyze_fingerprints", "content_digest", "DIGEST_FORMAT"]
 
 _UID = re.compile(r"_\d+$")
 _SMALL = 64  # outputs with at most this many values are kept in the run metadata
+DIGEST_FORMAT = "sha256:"  # content_digest's tag (a format change gets a new tag)
+_DIGEST_SALT = b"skewtrace.transform_fn/1"
 
 
 def _capture_names(concrete):
@@ -47,8 +53,9 @@ def analyzer_outputs(transform_fn_dir):
   """
   import tensorflow as tf
   import tensorflow_transform as tft
-  # The saved function inside TFT's output folder, where tft.TFTransformOutput puts it.
-  model_dir = os.path.join(transform_fn_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR)
+  # The saved function inside TFT's output folder, where tft.TFTransformOutput puts it. Paths
+  # through tf.io.gfile, so a transform_fn on gs:// reads as a local one.
+  model_dir = _join(transform_fn_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR)
   loaded = tf.saved_model.load(model_dir)
   concrete = loaded.signatures["serving_default"]
   out, seen = [], {}
@@ -59,12 +66,37 @@ def analyzer_outputs(transform_fn_dir):
     seen[base] = seen.get(base, 0) + 1
     label = base if seen[base] == 1 else f"{base}#{seen[base]}"
     out.append((label, np.asarray(tensor.numpy())))
-  assets = os.path.join(model_dir, "assets")
-  if os.path.isdir(assets):
-    for fname in sorted(os.listdir(assets)):
-      with open(os.path.join(assets, fname), "rb") as f:
+  assets = _join(model_dir, "assets")
+  if tf.io.gfile.isdir(assets):
+    for fname in sorted(tf.io.gfile.listdir(assets)):
+      with tf.io.gfile.GFile(_join(assets, fname), "rb") as f:
         out.append((f"vocabulary/{fname}", f.read()))
   return sorted(out, key=lambda kv: kv[0].encode("utf-8"))
+
+
+def _join(*parts):
+  return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]])
+
+
+def content_digest(transform_fn_dir):
+  """DIGEST_FORMAT + hex SHA-256 of a transform_fn folder's content: every file under it, in
+  order of its relative path (UTF-8 bytes), as length-prefixed path, 8-byte little-endian
+  size and the file's own SHA-256. Equal for a folder and a byte-exact copy of it."""
+  import tensorflow as tf
+  root = transform_fn_dir.rstrip("/")
+  files = []
+  for folder, _, names in tf.io.gfile.walk(root):
+    rel = folder[len(root):].strip("/")
+    files += [(f"{rel}/{n}" if rel else n) for n in names]
+  h = hashlib.sha256(_DIGEST_SALT)
+  for rel in sorted(files, key=lambda r: r.encode("utf-8")):
+    name, inner, size = rel.encode("utf-8"), hashlib.sha256(), 0
+    with tf.io.gfile.GFile(_join(root, rel), "rb") as f:
+      while chunk := f.read(8 << 20):
+        inner.update(chunk)
+        size += len(chunk)
+    h.update(len(name).to_bytes(8, "little") + name + size.to_bytes(8, "little") + inner.digest())
+  return DIGEST_FORMAT + h.hexdigest()
 
 
 def _record(value):

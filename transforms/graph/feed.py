@@ -1,15 +1,17 @@
 """The TF Transform feed, shared by the features job and the production logger: how a batch of
 flat record columns becomes TFT's input (one-value lists, strings as bytes, the passthrough
-columns packed in one struct), how TFT's output is unpacked, and how a written transform_fn's
-graph is applied to a batch outside Beam (the production logger). Imports no Beam; TensorFlow
-only inside transform_values.
+columns packed in one struct), how TFT's output is unpacked, how a written transform_fn's
+graph is applied to a batch outside Beam (the production logger), and whether a folder is a
+written transform_fn that takes what this feed gives (check_transform_fn: pipelines.features
+--transform_fn_dir). Imports no Beam; TensorFlow only inside the functions that need it.
 """
 import numpy as np
 import pyarrow as pa
 
 from transforms.spec.stages import PASSTHROUGH
 
-__all__ = ["to_tft_batch", "passthrough_keys", "from_tft", "transform_values"]
+__all__ = ["to_tft_batch", "passthrough_keys", "from_tft", "transform_values", "feed_dtype",
+           "transform_fn_inputs", "input_mismatch", "check_transform_fn", "tensor_adapter_config"]
 
 
 def _one_value_lists(arr):
@@ -49,6 +51,88 @@ def to_tft_batch(batch, feature_columns, passthrough=None):
   return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
+def feed_dtype(arrow_type):
+  """The TF dtype name a flat column of `arrow_type` reaches preprocessing_fn as: int64 for
+  integers, float64 for floats (the exact values), string for anything else."""
+  if pa.types.is_integer(arrow_type):
+    return "int64"
+  if pa.types.is_floating(arrow_type):
+    return "float64"
+  return "string"
+
+
+def transform_fn_inputs(transform_fn_dir):
+  """{input name: tf.TypeSpec} of the transform function of a TFT output folder (what
+  tft.TFTransformOutput reads: transform_fn_dir/transform_fn, a TF2 SavedModel). ValueError, one
+  line, when it holds no such function."""
+  import tensorflow as tf
+  import tensorflow_transform as tft
+  model_dir = transform_fn_dir.rstrip("/") + "/" + tft.TFTransformOutput.TRANSFORM_FN_DIR
+  try:
+    loaded = tf.saved_model.load(model_dir)
+  except (OSError, ValueError, tf.errors.OpError) as e:
+    raise ValueError(f"cannot load {model_dir} ({str(e).splitlines()[0][:200]})") from None
+  # TFT saves the function as the attribute named like its folder (impl_helper's
+  # write_v2_saved_model(module, transform_fn, "transform_fn", ...)).
+  fn = getattr(loaded, tft.TFTransformOutput.TRANSFORM_FN_DIR, None)
+  if fn is None:  # TFT's tf.compat.v1 exports hold a signature instead
+    raise ValueError(f"{model_dir} holds no TF2 transform_fn (a tf.compat.v1 TFT export?)")
+  if hasattr(fn, "concrete_functions"):
+    fn = fn.concrete_functions[0]
+  return dict(fn.structured_input_signature[0][0])
+
+
+def input_mismatch(transform_fn_dir, arrow_types):
+  """None when the transform_fn in `transform_fn_dir` takes exactly what this feed gives for the
+  columns {name: arrow type} -- one VarLen sparse tensor per column, of feed_dtype -- else one
+  line naming what differs. ValueError when it holds no transform function."""
+  import tensorflow as tf
+  inputs = transform_fn_inputs(transform_fn_dir)
+  lacking = sorted(set(inputs) - set(arrow_types))
+  extra = sorted(set(arrow_types) - set(inputs))
+  problems = []
+  if lacking:
+    problems.append(f"it takes input(s) {', '.join(lacking)} that the dataset + aggregates lack")
+  if extra:
+    problems.append(f"it does not take {', '.join(extra)}")
+  for name in sorted(set(inputs) & set(arrow_types)):
+    spec, want = inputs[name], feed_dtype(arrow_types[name])
+    if not isinstance(spec, tf.SparseTensorSpec):
+      problems.append(f"{name} is a {type(spec).__name__} there, fed as a one-value "
+                      "SparseTensor here")
+    elif spec.dtype.name != want:
+      problems.append(f"{name} is {spec.dtype.name} there, {want} here")
+  return "; ".join(problems) or None
+
+
+def check_transform_fn(transform_fn_dir, arrow_types=None):
+  """ValueError, one line, unless `transform_fn_dir` is a TF Transform output folder (its saved
+  transform function and transformed metadata, where tft.TFTransformOutput reads them) and,
+  given the fed columns' {name: arrow type}, its transform function takes exactly those
+  (input_mismatch)."""
+  import tensorflow as tf
+  import tensorflow_transform as tft
+  for sub, name in ((tft.TFTransformOutput.TRANSFORM_FN_DIR, "saved_model.pb"),
+                    (tft.TFTransformOutput.TRANSFORMED_METADATA_DIR, "schema.pbtxt")):
+    if not tf.io.gfile.exists(f"{transform_fn_dir.rstrip('/')}/{sub}/{name}"):
+      raise ValueError(f"not a TF Transform output (no {sub}/{name})")
+  problem = None if arrow_types is None else input_mismatch(transform_fn_dir, arrow_types)
+  if problem:
+    raise ValueError(f"its inputs do not match the dataset + aggregates: {problem}")
+
+
+def tensor_adapter_config(arrow_schema, feature_columns):
+  """The TFXIO TensorAdapterConfig of to_tft_batch batches (schema `arrow_schema`): one VarLen
+  sparse tensor per feature column, as TFXIO gives a one-value TFMD feature. (tfx_bsl imports
+  Beam and TensorFlow: imported here, not at the top.)"""
+  from tensorflow_metadata.proto.v0 import schema_pb2
+  from tfx_bsl.public import tfxio
+  varlen = schema_pb2.TensorRepresentation.VarLenSparseTensor
+  return tfxio.TensorAdapterConfig(arrow_schema, {
+      name: schema_pb2.TensorRepresentation(varlen_sparse_tensor=varlen(column_name=name))
+      for name in feature_columns})
+
+
 def passthrough_keys(passthrough=None):
   """The tft_beam.Context passthrough_keys for to_tft_batch batches."""
   return {PASSTHROUGH} if passthrough else set()
@@ -82,7 +166,7 @@ def transform_values(layer, batch, value_columns, features, batch_size):
       rows = np.flatnonzero(arr.is_valid().to_numpy(zero_copy_only=False))
       flat = arr.flatten()
       if pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type):
-        dtype = tf.int64 if pa.types.is_integer(flat.type) else tf.float64
+        dtype = tf.as_dtype(feed_dtype(flat.type))
         values = flat.to_numpy(zero_copy_only=False).astype(dtype.as_numpy_dtype)
       else:
         dtype, values = tf.string, np.array(flat.to_pylist(), dtype=object)

@@ -2,7 +2,7 @@
 format tag, and the dead-letter record (manifests/dataset_manifest.schema.json)."""
 
 __all__ = ["MANIFEST", "MANIFEST_FORMAT", "SCHEMA_FILE", "FORMATS", "REJECTED_PATH",
-           "shard_name", "rejected_row"]
+           "COVERAGE_KINDS", "coverage_entry", "coverage_of", "shard_name", "rejected_row"]
 
 MANIFEST, SCHEMA_FILE = "manifest.json", "schema.pbtxt"
 MANIFEST_FORMAT = "skewtrace.dataset/1"
@@ -25,3 +25,25 @@ def rejected_row(path, line, raw, reason):
   except UnicodeDecodeError:
     row["raw_is_lossy"] = True  # undecodable bytes appear as \xNN escapes
   return row
+
+
+# What traffic a dataset or a production log holds: "all" of it, or "partial" (a sampled serving
+# log, a log of some keys). The manifest records it (ingest --coverage), the run metadata carries
+# it on (pipelines.features, the logger) and the diff reads it (replay/diff.py --scope).
+COVERAGE_KINDS = ("all", "partial")
+
+
+def coverage_entry(kind="all", sampling_rate=None):
+  """The coverage record: {"kind", "sampling_rate" (the fraction logged, when known)}."""
+  if kind not in COVERAGE_KINDS:
+    raise ValueError(f"coverage {kind!r} is not one of {', '.join(COVERAGE_KINDS)}")
+  if sampling_rate is not None and not 0 < sampling_rate <= 1:
+    raise ValueError(f"sampling rate {sampling_rate!r} is not in (0, 1]")
+  if kind == "all" and sampling_rate not in (None, 1, 1.0):
+    raise ValueError("a sampling rate below 1 means partial coverage")
+  return {"kind": kind, "sampling_rate": None if sampling_rate is None else float(sampling_rate)}
+
+
+def coverage_of(doc):
+  """The coverage a manifest or run metadata records (older ones: all traffic)."""
+  return doc.get("coverage") or coverage_entry()

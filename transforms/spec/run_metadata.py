@@ -15,10 +15,12 @@ from transforms.spec.errors import UsageError
 from transforms.spec.feature_log import LOG_SEED
 from transforms.spec.stages import STAGES
 
-__all__ = ["FORMAT", "FILE", "document", "dump", "load", "versions"]
+__all__ = ["FORMAT", "FILE", "EVENT_TIME", "TRANSFORM_FN", "document", "dump", "load",
+           "versions"]
 
 FORMAT = "skewtrace.features/1"
 FILE = "run_metadata.json"
+EVENT_TIME, TRANSFORM_FN = "event_time", "transform_fn"  # the optional sections' keys
 
 
 def versions():
@@ -34,10 +36,16 @@ def versions():
 
 
 def document(*, profile, transform_module, input_dir, content_digest, key_columns, columns,
-             aggregates, runner, analyze, num_buckets, buckets, versions_=None):
+             aggregates, runner, analyze, num_buckets, buckets, versions_=None, event_time=None,
+             transform_fn=None, source=None):
   """The run metadata of a feature log. columns: [(name, type)]; buckets: the per-bucket
   entries (bucket, path, rows, dropped, digests, and a logger's parts); versions_: default
-  versions(). The logger adds its own sections (log.parts, pii) to what this returns."""
+  versions(). The logger adds its own sections (log.parts, pii) to what this returns.
+  event_time: the module's (column, format, zone) declaration (spec/event_time.declaration);
+  transform_fn: (the folder it was given as, or None when the run analysed, the content
+  digest of the run's transform_fn); source: the input's {"format", "coverage"} (its
+  manifest's input_format and spec/dataset.coverage_entry); each section is left out when
+  None."""
   doc = {
       "format": FORMAT,
       "profile": profile.to_dict(),
@@ -53,6 +61,15 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
       "log": {"num_buckets": num_buckets, "seed": LOG_SEED,
               "rows": sum(b["rows"] for b in buckets), "buckets": list(buckets)},
   }
+  if event_time is not None:
+    column, form, zone = event_time
+    doc[EVENT_TIME] = {"column": column, "format": form, "zone": zone}
+  if transform_fn is not None:
+    origin, digest = transform_fn
+    doc[TRANSFORM_FN] = {"source": origin, "digest": digest}
+  if source is not None:
+    doc["source"] = {"format": source["format"]}
+    doc["coverage"] = source["coverage"]
   return doc
 
 

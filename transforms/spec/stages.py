@@ -72,7 +72,8 @@ def value_columns(columns, aggregates):
   return list(columns) + list(aggregates)
 
 
-# The raw fingerprint covers the source text of each cell (null when empty), before typing.
+# The raw fingerprint covers the canonical text of each cell (spec/values.py; null when empty),
+# before typing: the same records from CSV, JSON Lines, Parquet or tf.Example agree.
 RAW = Stage("raw", RAW_FP, (COLUMNS,))
 # A record that does not parse is dropped at `parse` (ingest rejects it to its dead letters;
 # the CSV reader rejects a record it cannot split with its own reason, codec/csv_records.py).

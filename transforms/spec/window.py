@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 from transforms.spec import event_time, fingerprint
 from transforms.spec.stages import DROP_REASON, WINDOW, WINDOW_END, WINDOW_FP, WINDOW_START
 
-__all__ = ["assign_windows", "window_counts", "sum_counts", "join_counts", "window_fingerprints",
-           "check_aggregates", "AGGREGATE_FNS", "NO_COUNTS"]
+__all__ = ["assign_windows", "event_seconds", "latest_event_time", "window_counts", "sum_counts",
+           "join_counts", "window_fingerprints", "check_aggregates", "AGGREGATE_FNS", "NO_COUNTS"]
 
 AGGREGATE_FNS = ("count",)  # the windowed aggregate functions there are
 
@@ -69,6 +69,23 @@ def assign_windows(batch, event_column, profile, watermark, event_format=event_t
                               WINDOW.reason("no_event_time")))
   dropped = dropped.append_column(DROP_REASON, pa.array(reasons, pa.string()))
   return kept, dropped
+
+
+def event_seconds(column, event_format=event_time.DEFAULT_FORMAT,
+                  event_zone=event_time.DEFAULT_ZONE):
+  """The event time as the feature log's event_time column holds it: int64 Unix seconds, read
+  in the declared format (spec/event_time.to_seconds, the rule assign_windows windows by); null
+  where the record has no event time or one that is not an instant of the format."""
+  seconds, has, _ = event_time.to_seconds(column, event_format, event_zone)
+  return pa.array(seconds, pa.int64(), mask=None if has.all() else ~has)
+
+
+def latest_event_time(batch, event_column, event_format=event_time.DEFAULT_FORMAT,
+                      event_zone=event_time.DEFAULT_ZONE):
+  """The largest event time of a batch in Unix seconds (its part of the watermark); None when
+  no record has one."""
+  seconds, has, _ = event_time.to_seconds(batch.column(event_column), event_format, event_zone)
+  return int(seconds[has].max()) if has.any() else None
 
 
 _GROUP = ["g", "gnull", "e"]

@@ -22,7 +22,7 @@ class _ReadFileFn(beam.DoFn):
 
   def process(self, element):
     index, path = element
-    with FileSystems.open(path, compression_type="uncompressed") as f:
+    with FileSystems.open(path) as f:  # compression inferred from the extension (.gz)
       for block_no, block in enumerate(csv_records.iter_blocks(f, self._block_bytes)):
         if block_no == 0:
           names = csv_records.parse_header(block)

@@ -20,7 +20,7 @@ def type_batch(batch, columns, paths, required=()):
 
   The typed batch keeps only rows whose every value fits its type and whose `required`
   columns are present, with the data columns in `columns` order and __raw_fp__ (the raw-stage
-  fingerprint of the cells' source text); provenance is dropped.
+  fingerprint of the cells' canonical text, spec/values.py); provenance is dropped.
   """
   n = batch.num_rows
   typed, bad_by_column = [], []

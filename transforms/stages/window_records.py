@@ -1,15 +1,18 @@
 """WindowRecords: the `window` stage on RecordBatches -- event-time windows, late-record drops and
 windowed aggregates, by the rule of spec/window.py (the windows, the drops and their reasons,
-the counts and their join, the stage's fingerprint).
+the counts and their join, the stage's fingerprint). The event time is read in the feature
+module's declared EVENT_TIME_FORMAT / EVENT_TIME_ZONE (spec/event_time.py) and windowed, and the
+watermark taken, in Unix seconds.
 """
 import apache_beam as beam
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from transforms.beam.ahead import AheadDoFn
 from transforms.beam.arrow_coder import TableCoder
-from transforms.spec.window import (assign_windows, check_aggregates, join_counts, sum_counts,
-                                    window_counts, window_fingerprints)
+from transforms.spec import event_time
+from transforms.spec.window import (assign_windows, check_aggregates, join_counts,
+                                    latest_event_time, sum_counts, window_counts,
+                                    window_fingerprints)
 
 __all__ = ["WindowRecords", "SumCounts", "DROPPED"]
 
@@ -39,12 +42,12 @@ class SumCounts(beam.CombineFn):
 
 class _AssignFn(beam.DoFn):
 
-  def __init__(self, event_column, profile):
-    self._event_column = event_column
+  def __init__(self, event, profile):
+    self._event = event  # (column, format, zone)
     self._profile = profile
 
   def process(self, batch, watermark=None):
-    kept, dropped = assign_windows(batch, self._event_column, self._profile, watermark)
+    kept, dropped = _assign(batch, self._event, self._profile, watermark)
     if dropped.num_rows:
       yield beam.pvalue.TaggedOutput(DROPPED, dropped)
     if kept.num_rows:
@@ -64,8 +67,13 @@ class _JoinFn(AheadDoFn):
     yield window_fingerprints(batch, [agg["name"] for agg in self._aggregates])
 
 
-def _kept_only(batch, event_column, profile, watermark=None):
-  kept, _ = assign_windows(batch, event_column, profile, watermark)
+def _assign(batch, event, profile, watermark):
+  column, form, zone = event
+  return assign_windows(batch, column, profile, watermark, event_format=form, event_zone=zone)
+
+
+def _kept_only(batch, event, profile, watermark=None):
+  kept, _ = _assign(batch, event, profile, watermark)
   return kept
 
 
@@ -77,11 +85,14 @@ class WindowRecords(beam.PTransform):
   the input). With the pair, the watermark and the aggregates come from count_batches, so
   the full batches stream through assign -> join (and on, fused with the stages after) without
   being materialised to wait for the counts side input.
+
+  event_format / event_zone: the feature module's declaration (spec/event_time.declaration).
   """
 
-  def __init__(self, event_column, aggregates, profile):
+  def __init__(self, event_column, aggregates, profile, event_format=event_time.DEFAULT_FORMAT,
+               event_zone=event_time.DEFAULT_ZONE):
     super().__init__()
-    self._event_column = event_column
+    self._event = (event_column, event_format, event_zone)
     self._aggregates = list(aggregates)
     self._profile = profile
 
@@ -94,18 +105,17 @@ class WindowRecords(beam.PTransform):
     else:
       watermark = beam.pvalue.AsSingleton(
           timing
-          | "EventTimeMax" >> beam.Map(
-              lambda b, c=self._event_column: pc.max(b.column(c)).as_py())
+          | "EventTimeMax" >> beam.Map(lambda b, e=self._event: latest_event_time(b, *e))
           | "Watermark" >> beam.CombineGlobally(
               lambda vs: max((v for v in vs if v is not None), default=None)))
     assigned = batches | "Assign" >> beam.ParDo(
-        _AssignFn(self._event_column, self._profile), watermark).with_output_types(
+        _AssignFn(self._event, self._profile), watermark).with_output_types(
             pa.RecordBatch).with_outputs(DROPPED, main="kept")
     if count_batches is None:
       counted = assigned.kept
     else:
       counted = count_batches | "AssignForCounts" >> beam.Map(
-          _kept_only, self._event_column, self._profile, watermark).with_output_types(
+          _kept_only, self._event, self._profile, watermark).with_output_types(
               pa.RecordBatch)
     counts = {}
     for i, agg in enumerate(self._aggregates):

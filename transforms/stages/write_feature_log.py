@@ -29,6 +29,7 @@ from apache_beam.transforms.window import GlobalWindows
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.ahead import AheadDoFn
 from transforms.codec import tfrecord
+from transforms.spec import event_time
 from transforms.spec import feature_log as log_format
 from transforms.spec import fingerprint
 from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED_STAGE,
@@ -41,6 +42,7 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
 from transforms.spec.stages import (DROP_REASON, KEY, LOG_HASH, RAW, RAW_FP, RECORD_STAGES,
                                     SHARD_ID, STAGES, TRANSFORM, WINDOW, WINDOW_END,
                                     WINDOW_START)
+from transforms.spec.window import event_seconds
 
 __all__ = ["WriteFeatureLog", "merge_bucket", "with_log_hash"]
 
@@ -79,11 +81,13 @@ def _one_value(arr):
   return arr.flatten()
 
 
-def _head(batch, event_column, dropped):
-  """The log's stage columns of a batch of dropped records or of records going into TFT."""
+def _head(batch, event, dropped):
+  """The log's stage columns of a batch of dropped records or of records going into TFT;
+  event: (column, format, zone), the event time logged in Unix seconds (spec/window.py)."""
   n = batch.num_rows
+  column, form, zone = event
   cols = {LOG_KEY: batch.column(KEY).cast(pa.string()),
-          EVENT_TIME: batch.column(event_column).cast(pa.int64())}
+          EVENT_TIME: event_seconds(batch.column(column), form, zone)}
   if dropped:  # dropped records come from the window stage (parse drops stay in ingest)
     cols.update({LOG_WINDOW_START: pa.nulls(n, pa.int64()),
                  LOG_WINDOW_END: pa.nulls(n, pa.int64()), LOG_SHARD_ID: pa.nulls(n, pa.int64()),
@@ -127,16 +131,17 @@ class _WriteHeadPartsFn(AheadDoFn):
   Arrow IPC part file per bucket; yields (bucket, part path). One batch ahead on a worker
   thread (AheadDoFn), overlapping TFT's analysis of the next batch."""
 
-  def __init__(self, temp_dir, num_buckets, event_column, dropped):
+  def __init__(self, temp_dir, num_buckets, event_column, dropped,
+               event_format=event_time.DEFAULT_FORMAT, event_zone=event_time.DEFAULT_ZONE):
     self._dir = FileSystems.join(temp_dir, _PARTS)
     self._num_buckets = num_buckets
-    self._event_column = event_column
+    self._event = (event_column, event_format, event_zone)
     self._dropped = dropped
 
   def work(self, batch):
     if not batch.num_rows:
       return []
-    cols = _head(batch, self._event_column, self._dropped)
+    cols = _head(batch, self._event, self._dropped)
     if self._dropped:
       hashes, kind = log_hash(batch.column(KEY)), b"dropped"
     else:
@@ -323,22 +328,26 @@ class _MergeBucketsFn(beam.DoFn):
 
 class WriteFeatureLog(beam.PTransform):
   """(batches going into TFT, with LOG_HASH; TFT's output with LOG_HASH and the raw fingerprint
-  passed through; dropped batches) -> one info dict per bucket written."""
+  passed through; dropped batches) -> one info dict per bucket written. event_format /
+  event_zone: the feature module's event-time declaration (the log holds Unix seconds)."""
 
-  def __init__(self, temp_dir, num_buckets, event_column):
+  def __init__(self, temp_dir, num_buckets, event_column, event_format=event_time.DEFAULT_FORMAT,
+               event_zone=event_time.DEFAULT_ZONE):
     super().__init__()
     self._temp_dir = temp_dir
     self._num_buckets = num_buckets
-    self._event_column = event_column
+    self._event = (event_column, event_format, event_zone)
 
   def expand(self, pcolls):
     staged, transformed, dropped = pcolls
-    args = (self._temp_dir, self._num_buckets, self._event_column)
+    column, form, zone = self._event
+    args = (self._temp_dir, self._num_buckets, column)
+    kwargs = {"event_format": form, "event_zone": zone}
     parts = (
-        staged | "WriteHeadParts" >> beam.ParDo(_WriteHeadPartsFn(*args, False)),
+        staged | "WriteHeadParts" >> beam.ParDo(_WriteHeadPartsFn(*args, False, **kwargs)),
         transformed | "WriteTransformedParts" >> beam.ParDo(
             _WriteValuesPartsFn(self._temp_dir, self._num_buckets)),
-        dropped | "WriteDroppedParts" >> beam.ParDo(_WriteHeadPartsFn(*args, True)),
+        dropped | "WriteDroppedParts" >> beam.ParDo(_WriteHeadPartsFn(*args, True, **kwargs)),
     ) | "AllParts" >> beam.Flatten()
     return (parts
             | "GroupByBucket" >> beam.GroupByKey()

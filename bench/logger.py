@@ -1,0 +1,199 @@
+"""Benchmark: replay.logger.ProductionLogger vs the bare transform, on the same records.
+
+  python bench/logger.py [--records 200000] [--batch_size 1024] [--text] [--features_dir D]
+
+The records are the taxi sample repeated (each copy's event times shifted by one week), with
+their windowed counts as tests/online_store.py computes them; by default as typed values (each
+CSV row rendered as a JSON line and parsed back: numbers, strings, null), with --text as a CSV
+reader gives them. The offline side is --features_dir, or pipelines.features run once on the
+taxi sample into a temp folder (not timed). In one process, one after the other:
+  (0) the bare transform, the baseline: tft.TFTransformOutput(transform_fn).
+      transform_features_layer() called on the records' input tensors -- built beforehand, not
+      timed: the typed columns and counts, fed as the logger and the job feed TFT
+      (transforms/graph/feed.py) -- in calls of --transform_batch_size records, every output
+      read back as numpy; records/s;
+  (0f) the same layer through the feed the logger calls (transforms.graph.feed.
+      transform_values: Arrow columns to tensors, the call, outputs back to Python lists) on
+      --batch_size records at a time: what the transform costs inside the logger;
+  (1) the logger: log() once per record from this thread, then close() (which writes the last
+      batch and merges the parts); records/s over the whole, each log() call's latency
+      (p50, p99, max) and close()'s time. The transform runs on the logger's worker thread.
+Both warm up first (a throwaway logger logs one batch; the layer is called once). Prints the
+ratios against the targets: (1)/(0) records/s >= 0.75, p99 log() < 100 us; and (1)/(0f).
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+TAXI_CSV = os.path.join(ROOT, "data", "chicago_taxi", "data.csv")
+TAXI_SCHEMA = os.path.join(ROOT, "data", "chicago_taxi", "schema.pbtxt")
+WEEK = 7 * 24 * 3600
+
+
+def _offline(features_dir, work):
+  if features_dir:
+    return features_dir
+  from pipelines import features, ingest
+  assert ingest.run(["--input", TAXI_CSV, "--output_dir", os.path.join(work, "ingest"),
+                     "--schema", TAXI_SCHEMA, "--num_shards", "4"]) == 0
+  out = os.path.join(work, "features")
+  assert features.run(["--input_dir", os.path.join(work, "ingest"), "--output_dir", out,
+                       "--profile", os.path.join(ROOT, "profiles", "offline.yaml")]) == 0
+  return out
+
+
+def _json_value(text, typ):
+  """A CSV cell as a JSON value: null when empty, a number for INT / FLOAT columns."""
+  if text == "":
+    return None
+  return {"INT": int, "FLOAT": float}.get(typ, str)(text)
+
+
+def _records(offline, n, text):
+  """n records (taxi sample copies, event time shifted a week a copy) and their counts."""
+  from tests import online_store
+  with open(os.path.join(offline, "run_metadata.json"), encoding="utf-8") as f:
+    meta = json.load(f)
+  types = {c["name"]: c["type"] for c in meta["schema"]["columns"]}
+  base, counts = online_store.records_and_counts(TAXI_CSV, offline)
+  event = "trip_start_timestamp"
+  records, aggs = [], []
+  for i in range(n):
+    copy, row = divmod(i, len(base))
+    record = dict(base[row])
+    if record[event]:
+      record[event] = str(int(record[event]) + copy * WEEK)
+    if not text:  # a JSON line, parsed
+      record = json.loads(json.dumps({k: _json_value(v, types[k]) for k, v in record.items()}))
+    records.append(record)
+    aggs.append(counts[row])
+  return records, aggs
+
+
+def _bare_transform(offline, records, aggs, batch_size, transform_batch_size):
+  """(records/s of the transform_fn's layer alone on prebuilt input tensors, records/s of
+  transform_values -- the feed and the layer -- on batch_size records at a time)."""
+  import pyarrow as pa
+  import tensorflow as tf
+  import tensorflow_transform as tft
+  from transforms.graph.feed import to_tft_batch, transform_values
+  from transforms.spec import typing as cells
+  with open(os.path.join(offline, "run_metadata.json"), encoding="utf-8") as f:
+    meta = json.load(f)
+  columns = [(c["name"], c["type"]) for c in meta["schema"]["columns"]]
+  names = [n for n, _ in columns] + list(meta["schema"]["aggregates"])
+  n = len(records)
+  arrays = [cells.type_cells(cells.arrow_cells([r.get(c) for r in records], True), n, t)[0]
+            for c, t in columns]
+  arrays += [pa.array([a[name] for a in aggs], pa.int64())
+             for name in meta["schema"]["aggregates"]]
+  batch = to_tft_batch(pa.record_batch(arrays, names=names), names)
+  calls = []
+  for lo in range(0, n, transform_batch_size):
+    chunk, inputs = batch.slice(lo, transform_batch_size), {}
+    for name in names:
+      arr = chunk.column(name)
+      rows = np.flatnonzero(arr.is_valid().to_numpy(zero_copy_only=False))
+      flat = arr.flatten()
+      if pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type):
+        dtype = tf.int64 if pa.types.is_integer(flat.type) else tf.float64
+        values = flat.to_numpy(zero_copy_only=False).astype(dtype.as_numpy_dtype)
+      else:
+        dtype, values = tf.string, np.array(flat.to_pylist(), dtype=object)
+      inputs[name] = tf.SparseTensor(np.stack([rows, np.zeros_like(rows)], axis=1),
+                                     tf.constant(values, dtype=dtype), [len(arr), 1])
+    calls.append(inputs)
+  layer = tft.TFTransformOutput(os.path.join(offline, "transform_fn")).transform_features_layer()
+
+  def run(inputs):
+    out = layer.call(inputs)
+    for t in out.values():
+      (t.values if isinstance(t, tf.SparseTensor) else t).numpy()
+
+  run(calls[0])  # warm-up
+  start = time.perf_counter()
+  for inputs in calls:
+    run(inputs)
+  bare = n / (time.perf_counter() - start)
+  # (0f): the same layer through the feed the logger calls, on the logger's batches.
+  source = pa.record_batch(arrays, names=names)
+  features = sorted(tft.TFTransformOutput(os.path.join(offline, "transform_fn"))
+                    .transformed_feature_spec())
+  transform_values(layer, source.slice(0, batch_size), names, features, transform_batch_size)
+  start = time.perf_counter()
+  for lo in range(0, n, batch_size):
+    transform_values(layer, source.slice(lo, batch_size), names, features,
+                     transform_batch_size)
+  return bare, n / (time.perf_counter() - start)
+
+
+def _logger(offline, log_dir, records, aggs, options):
+  """(records/s, per-call latencies in ns, close() seconds, stats)."""
+  from replay.logger import ProductionLogger
+  logger = ProductionLogger.from_features_dir(offline, log_dir, **options)
+  latencies = np.empty(len(records), dtype=np.int64)
+  clock = time.perf_counter_ns
+  start = time.perf_counter()
+  for i, (record, agg) in enumerate(zip(records, aggs)):
+    t = clock()
+    logger.log(record, agg)
+    latencies[i] = clock() - t
+  closing = time.perf_counter()
+  logger.close()
+  end = time.perf_counter()
+  return len(records) / (end - start), latencies, end - closing, logger.stats()
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--records", type=int, default=200_000)
+  ap.add_argument("--batch_size", type=int, default=1024)
+  ap.add_argument("--transform_batch_size", type=int, default=2048)
+  ap.add_argument("--text", action="store_true", help="records as CSV text, not typed values")
+  ap.add_argument("--features_dir", default="", help="an offline pipelines.features output "
+                  "of the taxi sample (default: run it once into a temp folder)")
+  args = ap.parse_args(argv)
+  work = tempfile.mkdtemp(prefix="bench_logger_")
+  try:
+    offline = _offline(args.features_dir, work)
+    records, aggs = _records(offline, args.records, args.text)
+    options = {"batch_size": args.batch_size,
+               "transform_batch_size": args.transform_batch_size}
+    _logger(offline, os.path.join(work, "warm"), records[:args.batch_size],
+            aggs[:args.batch_size], options)
+    bare, fed = _bare_transform(offline, records, aggs, args.batch_size,
+                                args.transform_batch_size)
+    rate, latencies, closing, stats = _logger(offline, os.path.join(work, "log"), records,
+                                              aggs, options)
+    parts = len(os.listdir(os.path.join(work, "log", "feature_log")))
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+  p50, p99 = np.percentile(latencies, [50, 99]) / 1000
+  print(f"records: {args.records:,} ({'CSV text' if args.text else 'typed values'}), "
+        f"batch_size {args.batch_size}, transform_batch_size {args.transform_batch_size}, "
+        f"load average {os.getloadavg()[0]:.2f}")
+  print(f"(0) bare transform:     {bare:10,.0f} records/s")
+  print(f"(0f) transform + feed:  {fed:10,.0f} records/s (transform_values, batches of "
+        f"{args.batch_size})")
+  print(f"(1) ProductionLogger:   {rate:10,.0f} records/s (close() {closing:.2f} s, "
+        f"{stats['flushes']} batches, {parts} part files after close)")
+  print(f"    log() latency:      p50 {p50:.1f} us, p99 {p99:.1f} us, "
+        f"max {latencies.max() / 1000:.0f} us")
+  print(f"(1)/(0) records/s:      {rate / bare:.2f}  (target >= 0.75: "
+        f"{'met' if rate / bare >= 0.75 else 'not met'})")
+  print(f"(1)/(0f) records/s:     {rate / fed:.2f}")
+  print(f"p99 log() / 100 us:     {p99 / 100:.2f}  (target < 1: "
+        f"{'met' if p99 < 100 else 'not met'})")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,173 @@
+"""The test of truth for serving-log inputs: the taxi sample as CSV offline, and the same records
+as JSON Lines (plain, SageMaker Data Capture with JSON and CSV payloads, Vertex AI's BigQuery
+export) and Parquet in production, give the same raw and parse fingerprints, the same content
+digest, and a diff with 0 divergent records, every bucket skipped; a 10% key sample of them
+counts the rest as not_served and exits 0."""
+import base64
+import csv
+import glob
+import io
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import verify
+from tests.conftest import TAXI_CSV, TAXI_SCHEMA, features, ingest
+from transforms.spec import schema as schema_spec
+
+CHUNK = 3  # records per request line
+
+
+def _taxi():
+  """(column names in schema order, typed records as dicts, the CSV rows as text lists)."""
+  with open(TAXI_SCHEMA, encoding="utf-8") as f:
+    types = schema_spec.load_tfmd(f.read())
+  with open(TAXI_CSV, newline="", encoding="utf-8") as f:
+    rows = list(csv.DictReader(f))
+  cast = {schema_spec.INT: int, schema_spec.FLOAT: float, schema_spec.BYTES: str}
+  records = [{n: (cast[types[n]](r[n]) if r[n] != "" else None) for n in types} for r in rows]
+  texts = [[r[n] for n in types] for r in rows]
+  return list(types), records, texts
+
+
+def _csv_line(cells):
+  out = io.StringIO()
+  csv.writer(out, lineterminator="").writerow(cells)
+  return out.getvalue()
+
+
+def _capture(data, encoding, content_type, i):
+  return {"captureData": {"endpointInput": {"observedContentType": content_type,
+                                            "mode": "INPUT", "data": data,
+                                            "encoding": encoding},
+                          "endpointOutput": {"observedContentType": "application/json",
+                                             "mode": "OUTPUT", "data": "[0.5]",
+                                             "encoding": "JSON"}},
+          "eventMetadata": {"eventId": f"e-{i}", "inferenceTime": "2024-05-01T10:00:00Z"},
+          "eventVersion": "0"}
+
+
+def _write_lines(path, lines):
+  with open(path, "w", encoding="utf-8") as f:
+    for line in lines:
+      f.write(json.dumps(line) + "\n")
+
+
+def _shapes(root):
+  """{name: (input path, extra ingest flags)} of the same records in each production shape."""
+  names, records, texts = _taxi()
+  os.makedirs(root, exist_ok=True)
+  out = {}
+  path = os.path.join(root, "plain.jsonl")
+  _write_lines(path, records)
+  out["jsonl"] = (path, [])
+  chunks = [range(i, min(i + CHUNK, len(records))) for i in range(0, len(records), CHUNK)]
+  path = os.path.join(root, "capture_json.jsonl")
+  _write_lines(path, [_capture(json.dumps({"instances": [records[j] for j in c]}), "JSON",
+                               "application/json", c[0]) for c in chunks])
+  out["sagemaker_json"] = (path, ["--preset", "sagemaker"])
+  path = os.path.join(root, "capture_csv.jsonl")
+  _write_lines(path, [_capture("\n".join(_csv_line(texts[j]) for j in c), "CSV", "text/csv",
+                               c[0]) for c in chunks])
+  out["sagemaker_csv"] = (path, ["--preset", "sagemaker"])
+  path = os.path.join(root, "capture_b64.jsonl")
+  _write_lines(path, [_capture(base64.b64encode(json.dumps(
+      {"instances": [records[j] for j in c]}).encode()).decode(), "BASE64", "application/json",
+      c[0]) for c in chunks])
+  out["sagemaker_base64"] = (path, ["--preset", "sagemaker"])
+  path = os.path.join(root, "vertex.jsonl")
+  _write_lines(path, [{"endpoint": "projects/p/locations/l/endpoints/1",
+                       "deployed_model_id": "7", "logging_time": "2024-05-01 10:00:00 UTC",
+                       "request_id": c[0],
+                       "request_payload": [json.dumps(records[j]) for j in c],
+                       "response_payload": ["[0.5]"]} for c in chunks])
+  out["vertex"] = (path, ["--preset", "vertex"])
+  path = os.path.join(root, "features.parquet")
+  table = pa.table({n: [r[n] for r in records] for n in names})
+  pq.write_table(table, path)
+  out["parquet"] = (path, [])
+  return out
+
+
+def _fingerprints(dataset_dir):
+  table = pa.concat_tables([pq.read_table(p) for p in sorted(
+      glob.glob(os.path.join(dataset_dir, "parquet", "*.parquet")))])
+  return {c: sorted(table.column(c).to_numpy().view(np.uint64).tolist())
+          for c in ("__raw_fp__", "__parse_fp__")}
+
+
+def _manifest(dataset_dir):
+  with open(os.path.join(dataset_dir, "manifest.json"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+  return _shapes(str(tmp_path_factory.mktemp("shapes")))
+
+
+@pytest.mark.parametrize("shape", ["jsonl", "sagemaker_json", "sagemaker_csv",
+                                   "sagemaker_base64", "vertex", "parquet"])
+def test_every_shape_ingests_to_the_csv_datasets_fingerprints(shape, shapes, taxi_runs,
+                                                              tmp_path):
+  path, flags = shapes[shape]
+  out = ingest(tmp_path / "d", "--num_shards", "4", "--schema", TAXI_SCHEMA, *flags,
+               inputs=path)
+  assert verify.verify(out) == []
+  want, got = _manifest(taxi_runs["direct"]), _manifest(out)
+  assert got["rows"] == want["rows"]
+  assert got["content_digest"] == want["content_digest"]
+  assert _fingerprints(out) == _fingerprints(taxi_runs["direct"])
+  assert got["options"]["input_format"] == ("parquet" if shape == "parquet" else "jsonl")
+
+
+def test_jsonl_production_diffs_clean_and_a_key_sample_is_not_served(shapes, taxi_features,
+                                                                     tmp_path):
+  from replay import diff
+  path, _ = shapes["jsonl"]
+  data = ingest(tmp_path / "d", "--num_shards", "4", "--schema", TAXI_SCHEMA, inputs=path)
+  prod = features(data, tmp_path / "f")
+  code = diff.run(["--offline", taxi_features["direct"], "--production", prod,
+                   "--output_dir", str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  assert code == 0
+  assert report["records"]["divergent"] == 0
+  assert report["buckets"]["skipped_equal"] == report["buckets"]["total"]
+  assert report["scope"] == "all" and report["records"]["not_served"] == 0
+
+
+def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
+  from replay import compare
+  from transforms.spec.feature_log import DROPPED_STAGE, KEY
+
+  def side(keys):
+    return pa.table({KEY: pa.array(keys, pa.string()),
+                     DROPPED_STAGE: pa.nulls(len(keys), pa.string())})
+  offline = side([f"k{i}" for i in range(100)])
+  production = side([f"k{i}" for i in range(0, 100, 10)])  # a 10% sample of the keys
+  unseen = sum(1 for i in range(100) if i % 10)  # computed from the data, not the code
+  part = compare.compare_bucket(offline, production,
+                                compare.Context(partial_production=True))
+  assert part.records["not_served"] == unseen
+  assert part.records["offline_only"] == 0
+  assert part.records["matched_keys"] == 100 - unseen
+  part = compare.compare_bucket(offline, production, compare.Context())
+  assert part.records["not_served"] == 0 and part.records["offline_only"] == unseen
+
+
+def test_ingest_records_partial_coverage(shapes, tmp_path):
+  path, _ = shapes["jsonl"]
+  with open(path, encoding="utf-8") as f:
+    lines = f.readlines()
+  sample = tmp_path / "sample.jsonl"
+  sample.write_text("".join(lines[::10]), encoding="utf-8")
+  data = ingest(tmp_path / "ds", "--num_shards", "2", "--schema", TAXI_SCHEMA,
+                "--sampling_rate", "0.1", inputs=str(sample))
+  manifest = _manifest(data)
+  assert manifest["coverage"] == {"kind": "partial", "sampling_rate": 0.1}
+  assert manifest["rows"]["read"] == len(lines[::10])
