@@ -208,9 +208,9 @@ def _cli(*args):
     (lambda d: ["--input", str(d / "dup.csv")], "duplicate header name"),
     (lambda d: ["--input", str(d / "blankname.csv")], "empty header name"),
     (lambda d: ["--input", os.path.join(EDGE, "empty_values.csv"), "--schema", TAXI_SCHEMA],
-     "names column(s) the CSV lacks"),
+     "names column(s) the input lacks"),
     (lambda d: ["--input", TAXI_CSV, "--nmu_shards", "3"], "unknown flag(s): --nmu_shards"),
-    (lambda d: ["--input", TAXI_CSV, "--key_columns", "nope"], "not in the CSV header"),
+    (lambda d: ["--input", TAXI_CSV, "--key_columns", "nope"], "not in the input's columns"),
     (lambda d: ["--input", TAXI_CSV, "--formats", "csv"], "--formats"),
 ])
 def test_usage_errors_exit_2_and_write_nothing(tmp_path, make_args, message):

@@ -6,14 +6,16 @@ booleans, timestamps, dates, decimals); tf.Example holds int64, float32 and byte
 raw stage compares records across sources, so it fingerprints each cell's canonical text
 (docs/fingerprint.md, "Canonical values"; golden vectors in tests/golden/canonical_values.json):
 
-  null, an empty list                  -> null
-  an integer, or a float whose value is an integer of magnitude <= 2**53
+  null                                 -> null (the readers make an empty list null and a
+                                          one-element list its element)
+  an integer (any length), or a float whose value is an integer of magnitude <= 2**53
                                        -> its decimal digits: "12", "-3" (-0.0 -> "0")
   any other float                      -> the shortest text that reads back as the same
                                           float64 (Arrow's float64 -> string): "12.45",
                                           "1e+20", "nan", "inf"
-  a float32                            -> first the float64 of its shortest float32 text
-                                          (float32 12.45 -> 12.45: what the writer wrote)
+  a float32 (float16)                  -> first the float64 of its shortest float32
+                                          (float16) text (float32 12.45 -> 12.45: what the
+                                          writer wrote)
   a boolean                            -> "true" / "false"
   a timestamp or date, or text that is an ISO-8601 instant with a zone (Z, +01:00, +0100)
                                        -> its Unix seconds as a number: "1362683700",
@@ -65,14 +67,18 @@ def canonical_text(arr):
     arr = arr.cast(pa.binary())
     try:
       return _canonical_strings(arr.cast(pa.string()))
-    except pa.ArrowInvalid:  # not UTF-8: bytes compare as bytes
-      return arr
+    except pa.ArrowInvalid:  # some cell is not UTF-8: that cell compares as bytes, the rest
+      return _mixed_binary(arr)  # as text (a cell never depends on its neighbours)
   if pa.types.is_boolean(t):
     return pc.if_else(arr, "true", "false")
   if pa.types.is_integer(t):
     return arr.cast(pa.string())
   if pa.types.is_floating(t):
-    if t != pa.float64():  # float16/float32: the float64 of the shortest text of that width
+    if t == pa.float16():  # Arrow's float16 text is not the shortest: numpy's repr is
+      arr = pa.array(np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float16)
+                     .astype(str), pa.string(), mask=arr.is_null().to_numpy(
+                         zero_copy_only=False)).cast(pa.float64())
+    elif t != pa.float64():  # float32: the float64 of its shortest float32 text
       arr = arr.cast(pa.string()).cast(pa.float64())
     return _float_text(arr)
   if pa.types.is_timestamp(t):
@@ -107,6 +113,17 @@ def _float_text(f):
   return pc.if_else(integral, as_int, f.cast(pa.string()))
 
 
+def _seconds_text(whole, frac, negative, digits):
+  """Exact decimal text of whole + frac / 10**digits seconds (whole truncated toward zero,
+  0 <= frac < 10**digits, negative: the value's sign, which "-0.5" needs written by hand)."""
+  whole_text = pc.if_else(pc.fill_null(pc.and_(negative, pc.equal(whole, 0)), False), "-0",
+                          whole.cast(pa.string()))
+  frac_text = pc.utf8_rtrim(pc.utf8_lpad(frac.cast(pa.string()), digits, "0"), "0")
+  has_frac = pc.fill_null(pc.not_equal(frac, 0), False)
+  return pc.if_else(has_frac, pc.binary_join_element_wise(whole_text, frac_text, "."),
+                    whole_text)
+
+
 def _instant_text(ts):
   """Unix seconds of a timestamp array as exact decimal text ("1362683700", "…700.5")."""
   unit = ts.type.unit
@@ -114,17 +131,32 @@ def _instant_text(ts):
   ticks = ts.cast(pa.int64())
   if per_second == 1:
     return ticks.cast(pa.string())
-  magnitude = pc.abs_checked(ticks)
-  whole = pc.divide(magnitude, per_second)  # integer division of non-negative integers
-  frac = pc.subtract(magnitude, pc.multiply(whole, per_second))
-  digits = len(str(per_second)) - 1
-  frac_text = pc.utf8_rtrim(pc.utf8_lpad(frac.cast(pa.string()), digits, "0"), "0")
-  whole_text = whole.cast(pa.string())
-  has_frac = pc.fill_null(pc.not_equal(frac, 0), False)
-  text = pc.if_else(has_frac, pc.binary_join_element_wise(whole_text, frac_text, "."),
-                    whole_text)
-  negative = pc.fill_null(pc.less(ticks, 0), False)
-  return pc.if_else(negative, pc.binary_join_element_wise("-", text, ""), text)
+  whole = pc.divide(ticks, per_second)  # integer division truncates toward zero
+  frac = pc.abs(pc.subtract(ticks, pc.multiply(whole, per_second)))  # |frac| < per_second
+  return _seconds_text(whole, frac, pc.less(ticks, 0), len(str(per_second)) - 1)
+
+
+def _mixed_binary(arr):
+  """Canonical text of a binary array holding some cells that are not UTF-8: those stay bytes,
+  the others are canonical text (as binary: the fingerprint codes text and bytes alike). Only
+  such rare arrays pay the per-cell UTF-8 check."""
+  cells = arr.to_pylist()
+  utf8 = np.zeros(len(cells), dtype=bool)
+  for i, c in enumerate(cells):
+    if c is not None:
+      try:
+        c.decode("utf-8")
+        utf8[i] = True
+      except UnicodeDecodeError:
+        pass
+  idx = np.flatnonzero(utf8)
+  if not len(idx):
+    return arr
+  text = _canonical_strings(arr.take(pa.array(idx)).cast(pa.string())).cast(pa.binary())
+  out = list(cells)
+  for i, v in zip(idx, text.to_pylist()):
+    out[i] = v
+  return pa.array(out, pa.binary())
 
 
 def _canonical_strings(s):
@@ -147,40 +179,32 @@ def _number_text(s):
   """Canonical text of JSON-number strings (every value matches NUMBER)."""
   integer = pc.fill_null(pc.match_substring_regex(s, _INTEGER), False)
   ints = pc.if_else(integer, s, "0").cast(pa.int64()).cast(pa.string())  # "-0" -> "0"
-  rest = pc.invert(integer)
+  # Longer integer text keeps its digits (a uint64 or decimal column prints them so).
+  long_int = pc.fill_null(pc.match_substring_regex(s, r"^-?[1-9][0-9]{18,}$"), False)
+  rest = pc.invert(pc.or_(integer, long_int))
   if not pc.any(rest).as_py():
-    return ints
-  floats = pc.if_else(rest, s, "0").cast(pa.float64())
-  text = _float_text(floats)
-  long_ints = _long_integers(s, rest)
-  if long_ints is not None:
-    text = pc.if_else(long_ints[0], long_ints[1], text)
-  return pc.if_else(integer, ints, text)
-
-
-def _long_integers(s, rest):
-  """Integers of 19+ digits that fit int64 keep their digits (an int64 column prints them so);
-  larger ones are floats. Rare, so this loop runs only over those values."""
-  long_int = pc.fill_null(pc.and_(rest, pc.match_substring_regex(s, r"^-?[1-9][0-9]{18}$")),
-                          False)
-  idx = np.flatnonzero(long_int.to_numpy(zero_copy_only=False))
-  if not len(idx):
-    return None
-  values = s.to_pylist()
-  mask = np.zeros(len(s), dtype=bool)
-  texts = [None] * len(s)
-  for i in idx:  # per-row only for 19-digit integers
-    v = int(values[i])
-    if -2 ** 63 <= v < 2 ** 63:
-      mask[i], texts[i] = True, str(v)
-  if not mask.any():
-    return None
-  return pa.array(mask), pa.array(texts, pa.string())
+    return pc.if_else(integer, ints, s)
+  text = _float_text(pc.if_else(rest, s, "0").cast(pa.float64()))
+  return pc.if_else(integer, ints, pc.if_else(long_int, s, text))
 
 
 def _instants_of(s):
-  """Unix-seconds text of zoned ISO-8601 strings (every value matches INSTANT)."""
+  """Unix-seconds text of zoned ISO-8601 strings (every value matches INSTANT): the whole
+  seconds cast at unit "s" (any year), the fraction's digits added exactly, so no year or
+  fraction length falls outside a unit's range. A value that is not a real instant (February
+  30th) stays as it is: the array is bisected, so a value never depends on its neighbours."""
   try:
-    return _instant_text(s.cast(pa.timestamp("ns", tz="UTC")))
-  except pa.ArrowInvalid:  # outside 1677..2262 at ns: microseconds cover any year
-    return _instant_text(s.cast(pa.timestamp("us", tz="UTC")))
+    secs = pc.replace_substring_regex(s, r"\.[0-9]+", "").cast(
+        pa.timestamp("s", tz="UTC")).cast(pa.int64())
+  except pa.ArrowInvalid:
+    if len(s) == 1:
+      return s
+    mid = len(s) // 2
+    return pa.concat_arrays([_instants_of(s.slice(0, mid)), _instants_of(s.slice(mid))])
+  digits = pc.struct_field(pc.extract_regex(s, r"\.(?P<f>[0-9]+)"), "f")
+  frac = pc.fill_null(pc.utf8_rpad(digits, 9, "0").cast(pa.int64()), 0)  # INSTANT: <= 9 digits
+  # secs is the floor; before 1970 a fraction moves the truncated whole one second up
+  borrow = pc.and_(pc.less(secs, 0), pc.greater(frac, 0))
+  whole = pc.if_else(borrow, pc.add(secs, 1), secs)
+  frac = pc.if_else(borrow, pc.subtract(_NS, frac), frac)
+  return _seconds_text(whole, frac, pc.less(secs, 0), 9)
