@@ -215,6 +215,8 @@ def publish(plan, versions):
       "options": options,
       "coverage": plan.coverage,
   }
+  if any(plan.side.values()):  # spec/dataset.py side columns, recorded when there are any
+    manifest["side_columns"] = plan.side
   write_atomically(_join(out, MANIFEST),
                     (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"))
   return manifest

@@ -32,11 +32,10 @@ from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatc
 from transforms.beam.progress import Progress, stage_counts
 from transforms.codec import tfrecord
 from transforms.graph import analyze
-from transforms.graph.feed import (check_transform_fn, from_tft, passthrough_keys,
-                                   tensor_adapter_config, to_tft_batch)
+from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
 from transforms.spec import event_time, feature_log, run_metadata, schema
 from transforms.spec import profile as profiles
-from transforms.spec.dataset import coverage_of
+from transforms.spec.dataset import coverage_of, record_columns, side_of
 from transforms.spec.stages import STAGES, value_columns as stage_value_columns
 from transforms.spec.window import check_aggregates
 from transforms.stages.serialize_records import SerializeRecords
@@ -95,6 +94,7 @@ class FeaturesPlan:
   log_buckets: int
   event: tuple           # the module's event-time (column, format, zone) declaration
   transform_fn_dir: str = None  # transform with this transform_fn (None: analyse the input)
+  side: dict = None      # the dataset's side columns (spec/dataset.side_entry)
 
 
 def _verified(input_dir, verifying):
@@ -124,7 +124,8 @@ def plan_features(opts, pool):
                       module=module, columns=tuple(columns), aggregates=tuple(aggregates),
                       manifest=manifest, log_buckets=opts.log_buckets,
                       event=event_time.declaration(module),
-                      transform_fn_dir=opts.transform_fn_dir or None), verifying
+                      transform_fn_dir=opts.transform_fn_dir or None,
+                      side=side_of(manifest)), verifying
 
 
 def load_profile_and_module(profile_path, module_name):
@@ -173,7 +174,7 @@ def _dataset_plan(opts, module):
   manifest = dataset.load_manifest(opts.input_dir)  # verify has refused a missing one
   if "parquet" not in {s["format"] for s in manifest["shards"]}:
     raise common.UsageError("--input_dir must hold Parquet shards (exact float64 values)")
-  columns = [(c["name"], c["type"]) for c in manifest["schema"]["columns"]]
+  columns = record_columns(manifest)  # the side columns are not the record's (spec/dataset.py)
   names = [n for n, _ in columns]
   needed = [module.EVENT_TIME_COLUMN] + [a["group_by"] for a in module.WINDOWED_AGGREGATES]
   lacking = [n for n in needed if n not in names]
@@ -182,6 +183,11 @@ def _dataset_plan(opts, module):
                             f"{opts.transform_module} needs")
   _check_key_columns(module, opts.transform_module, list(manifest["key_columns"]))
   aggregates = [a["name"] for a in module.WINDOWED_AGGREGATES]
+  unknown = sorted(set(side_of(manifest)["aggregates"].values()) - set(aggregates))
+  if unknown:
+    raise common.UsageError(f"the dataset logs aggregate(s) {', '.join(unknown)} that "
+                            f"{opts.transform_module} does not compute (its "
+                            f"WINDOWED_AGGREGATES: {', '.join(aggregates) or 'none'})")
   return manifest, columns, aggregates
 
 
@@ -254,30 +260,6 @@ class _ShardsTFXIO(ParquetTFXIO):
     return beam.ptransform_fn(expand)()
 
 
-class _TransformWithFn(beam.PTransform):
-  """TransformRecords' feed and output with a given transform_fn, read from `transform_fn_dir`
-  (tft_beam.ReadTransformFn): tft_beam.TransformDataset, no analysis. Must run inside a
-  tft_beam.Context whose passthrough_keys are passthrough_keys(passthrough). (It belongs in
-  transforms/stages/transform_records.py, as a transform_fn argument of TransformRecords.)"""
-
-  def __init__(self, transform_fn_dir, feature_columns, arrow_schema, passthrough):
-    super().__init__()
-    self._dir = transform_fn_dir
-    self._features = list(feature_columns)
-    self._arrow_schema = arrow_schema
-    self._passthrough = dict(passthrough)
-
-  def expand(self, batches):
-    adapter = tensor_adapter_config(self._arrow_schema, self._features)
-    tft_batches = batches | "ToTftBatches" >> beam.Map(
-        to_tft_batch, self._features, self._passthrough).with_output_types(pa.RecordBatch)
-    transform_fn = batches.pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(self._dir)
-    transformed, _ = ((tft_batches, adapter), transform_fn) | "Transform" >> \
-        tft_beam.TransformDataset(output_record_batches=True)
-    return (transformed | "UnpackPassthrough" >> beam.Map(from_tft).with_output_types(
-        pa.RecordBatch)), transform_fn
-
-
 def build_pipeline(plan, options, temp_dir):
   """The un-run features Pipeline (outputs under temp_dir).
 
@@ -307,8 +289,10 @@ def build_pipeline(plan, options, temp_dir):
   count_batches = p | "ReadWindowColumns" >> _ShardsTFXIO(
       pattern, column_names=count_columns,
       telemetry_descriptors=["skewtrace", "features"]).BeamSource()
+  side = plan.side or side_of(plan.manifest)
   windowed = (batches, count_batches) | "Window" >> WindowRecords(
-      event, module.WINDOWED_AGGREGATES, prof, event_format=event_format, event_zone=event_zone)
+      event, module.WINDOWED_AGGREGATES, prof, event_format=event_format, event_zone=event_zone,
+      logged={agg: column for column, agg in side["aggregates"].items()})
   staged = (windowed["kept"]
             | "ProgressWindow" >> Progress("features", "window")
             | "Shard" >> ShardRecords(prof)
@@ -321,8 +305,8 @@ def build_pipeline(plan, options, temp_dir):
                         passthrough_keys=passthrough_keys(passthrough)):
     if plan.transform_fn_dir:
       FileSystems.copy([plan.transform_fn_dir.rstrip("/") + "/"], [fn_dir + "/"])  # a tree
-      transformed, _ = staged | "Transform" >> _TransformWithFn(
-          fn_dir, value_columns, tft_schema, passthrough)
+      transformed, _ = staged | "Transform" >> TransformRecords(
+          None, value_columns, tft_schema, passthrough, transform_fn_dir=fn_dir)
     else:
       transformed, transform_fn = staged | "Transform" >> TransformRecords(
           module.preprocessing_fn, value_columns, tft_schema, passthrough)
@@ -330,7 +314,8 @@ def build_pipeline(plan, options, temp_dir):
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])
        | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
-                                         event_format=event_format, event_zone=event_zone)
+                                         event_format=event_format, event_zone=event_zone,
+                                         served=tuple(side["served"].items()))
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p
@@ -361,7 +346,8 @@ def _publish(plan, temp_dir, options):
       num_buckets=plan.log_buckets, buckets=buckets, event_time=plan.event,
       transform_fn=(plan.transform_fn_dir, analyze.content_digest(fn_dir)),
       source={"format": plan.manifest["options"].get("input_format", "csv"),
-              "coverage": coverage_of(plan.manifest)})  # what the diff's --scope reads
+              "coverage": coverage_of(plan.manifest),  # what the diff's --scope reads
+              "side_columns": side_of(plan.manifest)})
   dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
   return metadata
 

@@ -30,7 +30,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from transforms.spec import schema
-from transforms.spec.dataset import COVERAGE_KINDS, FORMATS, coverage_entry
+from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, coverage_entry, side_entry,
+                                    side_names)
 from transforms.spec.stages import RESERVED
 from transforms.stages.infer_types import InferTypes
 from transforms.stages.key_rows import KeyRows
@@ -72,6 +73,15 @@ class IngestOptions(PipelineOptions):
     parser.add_argument("--envelope", default="",
                         help="Extra columns from each JSON line: NAME=dotted.path,... (e.g. "
                              "event_time=eventMetadata.inferenceTime).")
+    parser.add_argument("--served", default="",
+                        help="Side columns holding the value serving fed the model: "
+                             "COLUMN=FEATURE,... (FEATURE: a transformed feature). Kept beside "
+                             "the record, outside its fingerprints; FLOAT when a --schema "
+                             "does not type it.")
+    parser.add_argument("--logged_aggregates", default="",
+                        help="Side columns holding a windowed aggregate as serving's online "
+                             "store computed it: COLUMN=AGGREGATE,... Kept beside the record, "
+                             "outside its fingerprints; INT when a --schema does not type it.")
     parser.add_argument("--num_shards", type=int, default=0,
                         help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",
@@ -115,7 +125,26 @@ class IngestOptions(PipelineOptions):
       name, _, path = item.partition("=")
       if not name.strip() or not path.strip():
         raise common.UsageError(f"--envelope wants NAME=dotted.path items, got {item!r}")
-    return formats, coverage
+    try:
+      side = side_entry(_pairs(flags.served, "--served", "COLUMN=FEATURE"),
+                        _pairs(flags.logged_aggregates, "--logged_aggregates",
+                               "COLUMN=AGGREGATE"))
+    except ValueError as e:
+      raise common.UsageError(f"--served/--logged_aggregates: {e}") from None
+    return formats, coverage, side
+
+
+def _pairs(text, flag, form):
+  """{column: name} of a NAME=VALUE,... flag; UsageError naming the flag when malformed."""
+  out = {}
+  for item in _items(text):
+    column, _, name = (t.strip() for t in item.partition("="))
+    if not column or not name:
+      raise common.UsageError(f"{flag} wants {form} items, got {item!r}")
+    if column in out:
+      raise common.UsageError(f"{flag} names column {column!r} twice")
+    out[column] = name
+  return out
 
 
 def _items(text):
@@ -166,6 +195,7 @@ class IngestPlan:
   temp_dir: str           # where the job writes before the outputs are moved into place
   recorded: dict          # the flags that define the dataset, as the manifest records them
   coverage: dict          # what traffic the input holds (spec/dataset.coverage_entry)
+  side: dict              # the side columns (spec/dataset.side_entry): outside the record
 
 
 class Ingest(beam.PTransform):
@@ -183,10 +213,11 @@ class Ingest(beam.PTransform):
           | "InferTypes" >> InferTypes(plan.names)
     else:
       columns = plan.columns
-    typed = raw.rows | "TypeRows" >> TypeRows(columns, plan.paths, plan.key_columns)
+    side = side_names(plan.side)
+    typed = raw.rows | "TypeRows" >> TypeRows(columns, plan.paths, plan.key_columns, side)
     infos = (typed.rows
              | "ProgressParse" >> Progress("ingest", "parse")
-             | "KeyRows" >> KeyRows(plan.key_columns, plan.num_shards)
+             | "KeyRows" >> KeyRows(plan.key_columns, plan.num_shards, side=side)
              | "WriteShards" >> WriteShards(plan.temp_dir, plan.num_shards, columns,
                                             plan.formats, plan.compression,
                                             not plan.key_columns)
@@ -215,7 +246,7 @@ def _write_results(temp_dir, infos, read, rejected, columns):
 
 def plan_ingest(opts):
   """The IngestPlan of IngestFlags `opts`: flags and inputs checked before anything is written."""
-  formats, coverage = IngestOptions.check(opts)
+  formats, coverage, side = IngestOptions.check(opts)
   output_dir = opts.output_dir
   paths = dataset.match_inputs(opts.input)
   schema_text = dataset.read_text(opts.schema, "--schema") if opts.schema else None
@@ -234,12 +265,21 @@ def plan_ingest(opts):
   unknown = [c for c in key_columns if c not in names]
   if unknown:
     raise common.UsageError(f"--key_columns not in the input's columns: {', '.join(unknown)}")
+  side_columns = {**{c: schema.FLOAT for c in side["served"]},
+                  **{c: schema.INT for c in side["aggregates"]}}
+  unknown = sorted(c for c in side_columns if c not in names)
+  if unknown:
+    raise common.UsageError(f"--served/--logged_aggregates column(s) not in the input's "
+                            f"columns: {', '.join(unknown)}")
+  keyed = sorted(set(side_columns) & set(key_columns))
+  if keyed:
+    raise common.UsageError(f"key column(s) {', '.join(keyed)} cannot be side columns")
   columns, schema_info = None, {"source": "inferred"}
   if types is not None:
     lacking = [n for n in types if n not in names]
     if lacking:
       raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}")
-    columns = [(n, types.get(n, schema.BYTES)) for n in names]
+    columns = [(n, types.get(n, side_columns.get(n, schema.BYTES))) for n in names]
     schema_info = {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
   inputs = [dataset.describe_file(p) for p in paths]
   num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
@@ -251,7 +291,7 @@ def plan_ingest(opts):
       compression=None if opts.parquet_compression == "none" else opts.parquet_compression,
       output_dir=output_dir, temp_dir=FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}"),
       recorded=_recorded_options(opts, num_shards, formats, key_columns, source),
-      coverage=coverage)
+      coverage=coverage, side=side)
 
 
 def _column_names(paths, source):
@@ -282,7 +322,8 @@ def _recorded_options(opts, num_shards, formats, key_columns, source):
           "parquet_compression": opts.parquet_compression,
           "max_rejected_fraction": opts.max_rejected_fraction,
           "input_format": source.format, "record_path": ".".join(source.record_path),
-          "preset": source.preset, "envelope": [list(e) for e in source.envelope]}
+          "preset": source.preset, "envelope": [list(e) for e in source.envelope],
+          "served": opts.served, "logged_aggregates": opts.logged_aggregates}
 
 
 def build_pipeline(plan, options):

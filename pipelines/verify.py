@@ -21,6 +21,7 @@ import manifests
 from pipelines import common, dataset
 from transforms.codec import tfrecord
 from transforms.spec import fingerprint, schema
+from transforms.spec.dataset import record_columns
 from transforms.spec.stages import KEY, PARSE_FP as FP, RAW_FP
 
 __all__ = ["verify", "run"]
@@ -37,14 +38,16 @@ def _listing(root):
   return sorted(m.path[len(prefix):] for m in found if not os.path.isdir(m.path))
 
 
-def _decoded_digest(entry, data, columns):
-  """(rows, digest of the values as decoded from this file)."""
+def _decoded_digest(entry, data, columns, record):
+  """(rows, digest of the values as decoded from this file): a Parquet shard's over the record's
+  columns (what its parse fingerprints cover: no side column, spec/dataset.py), a TFRecord
+  shard's over every column it holds."""
   names = [n for n, _ in columns]
   if entry["format"] == "parquet":
     table = pq.read_table(io.BytesIO(data))
     if table.schema.names != [KEY] + names + [RAW_FP, FP]:
       raise ValueError(f"columns {table.schema.names} differ from the schema")
-    values = table.select(names)
+    values = table.select([n for n, _ in record])
   else:
     values = tfrecord.decode_tfrecord(data, [(n, schema.ARROW_TYPES[t]) for n, t in columns])
   return values.num_rows, fingerprint.combine_digest(fingerprint.fingerprint_batch(values))
@@ -87,7 +90,7 @@ def verify(root):
     if "format" not in entry:
       continue
     try:
-      rows, digest = _decoded_digest(entry, data, columns)
+      rows, digest = _decoded_digest(entry, data, columns, record_columns(manifest))
     except (ValueError, OSError, pa.ArrowException, tfrecord.TFRecordError) as e:
       problems.append(f"{path}: cannot be decoded ({e})")
       continue

@@ -2,7 +2,8 @@
 
 Modules (imported on use, so `import replay` costs nothing and never loads TensorFlow):
   diff      python -m replay.diff, the Beam diff job (CLI, exit codes 0 / 1 / 2)
-  compare   pure comparison kernels over Arrow tables, the mergeable Partial
+  compare   pure comparison kernels over Arrow tables, the mergeable Partial;  kernels  its
+            vectorised row kernels (numeric deltas, deterministic samples)
   tolerance the validated numeric tolerances
   metadata  run-metadata comparison: suspected causes, equal and differing buckets
   drift     mergeable histograms; L-infinity, Jensen-Shannon and PSI as TFDV defines them
@@ -11,5 +12,5 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
   logger    the production-side feature logger;  log_rows  its per-record stage rules
   check     the nightly skew check;  cli  the skewtrace console script
 """
-__all__ = ["check", "cli", "compare", "diff", "drift", "log_rows", "logger", "metadata", "model",
+__all__ = ["check", "cli", "compare", "diff", "drift", "kernels", "log_rows", "logger", "metadata", "model",
            "render", "rerun", "tolerance"]

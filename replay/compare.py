@@ -17,14 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay import drift
+from replay import drift, kernels
 from replay.tolerance import Tolerance
-from transforms.codec import xxh64
 from transforms.spec import fingerprint
 from transforms.spec.feature_log import (DROPPED_STAGE, KEY, feature_fp_column, feature_of,
                                          fp_column, is_feature_fp_column, is_value_column,
-                                         value_column)
-from transforms.spec.stages import ANALYZE, RECORD_STAGES, STAGES, TRANSFORM
+                                         served_column, value_column)
+from transforms.spec.stages import ANALYZE, RECORD_STAGES, SERVE, STAGES, TRANSFORM
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
            "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "SAMPLE_KINDS"]
@@ -35,7 +34,7 @@ COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "
             "duplicate_keys_production", "not_served")
 SAMPLE_KINDS = ("divergent", "offline_only", "production_only", "duplicate_keys")
 _FEATURE_COUNTS = ("match", "mismatch", "within_tolerance", "offline_only", "production_only",
-                   "delta_n")
+                   "delta_n", "served_mismatch", "served_within_tolerance")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,30 +142,6 @@ def _eq(a, b):
   return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
 
 
-def _key_hashes(keys):
-  """XXH64(key UTF-8, seed 0) of each key of a string Array, the sample order, in one compiled
-  loop over the Arrow buffers (the fingerprint encoding pads and tags, so it cannot serve)."""
-  keys = keys.cast(pa.large_string())
-  _, offsets, data = keys.buffers()
-  offsets = np.frombuffer(offsets, np.int64, count=len(keys) + 1, offset=8 * keys.offset)
-  data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-  return xxh64.xxh64_spans(data, offsets)
-
-
-def _samples(keys, make, cap):
-  """[(hash, key, entry)] of the `cap` keys (a string Array) with the smallest hashes, ties by
-  key then position; make(i, key) -> entry is called for those only."""
-  if not len(keys) or cap <= 0:
-    return []
-  h = _key_hashes(keys)
-  # Every key whose hash is at most the cap-th smallest: cap of them unless hashes tie.
-  rows = np.arange(len(h)) if len(h) <= cap else \
-      np.flatnonzero(h <= np.partition(h, cap - 1)[cap - 1])
-  picked = keys.take(pa.array(rows, pa.int64())).to_pylist()
-  order = sorted(range(len(rows)), key=lambda t: (h[rows[t]], picked[t]))[:cap]
-  return [(int(h[rows[t]]), picked[t], make(int(rows[t]), picked[t])) for t in order]
-
-
 def _jsonable(v):
   if isinstance(v, float) and not np.isfinite(v):
     return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
@@ -189,54 +164,6 @@ def _without(table, keys):
     return table, 0
   out = pc.is_in(_column(table, KEY), value_set=keys)
   return table.filter(pc.invert(out)), int(pc.sum(out).as_py() or 0)
-
-
-def _as_elements(col):
-  """(length per row, -1 for a null value; float64 elements; element valid) or None when the
-  values are not numbers."""
-  typ = col.type
-  if pa.types.is_list(typ) or pa.types.is_large_list(typ):
-    lengths = pc.list_value_length(col).fill_null(-1).to_numpy(zero_copy_only=False)
-    flat = col.flatten()
-  else:
-    lengths = np.where(col.is_valid().to_numpy(zero_copy_only=False), 1, -1)
-    flat = col.drop_null()
-  if not (pa.types.is_floating(flat.type) or pa.types.is_integer(flat.type)):
-    return None
-  valid = flat.is_valid().to_numpy(zero_copy_only=False)
-  values = flat.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
-  return lengths.astype(np.int64), values, valid
-
-
-def _numeric_rows(a_col, b_col, abs_tol, rel_tol):
-  """Per row of two aligned value columns: (within tolerance, |delta| defined, |delta|).
-
-  |delta| of a list is its largest element difference; it is defined when both values have
-  the same length and every element pair is finite (or both null / equal infinities).
-  """
-  n = len(a_col)
-  none = np.zeros(n, bool)
-  ea, eb = _as_elements(a_col), _as_elements(b_col)
-  if ea is None or eb is None:
-    return none, none, np.zeros(n)
-  (la, xa, va), (lb, xb, vb) = ea, eb
-  comparable = (la >= 0) & (la == lb)
-  row_a = np.repeat(np.arange(n), np.maximum(la, 0))
-  row_b = np.repeat(np.arange(n), np.maximum(lb, 0))
-  keep_a, keep_b = comparable[row_a], comparable[row_b]
-  a, b, va, vb, row = xa[keep_a], xb[keep_b], va[keep_a], vb[keep_b], row_a[keep_a]
-  both = va & vb
-  with np.errstate(invalid="ignore"):
-    diff = np.abs(b - a)
-    equal = both & ((a == b) | (np.isnan(a) & np.isnan(b)))
-    close = equal | (both & (diff <= abs_tol + rel_tol * np.abs(a))) | (~va & ~vb)
-  finite = both & np.isfinite(diff)
-  quantified = finite | equal | (~va & ~vb)
-  bad_close = np.bincount(row, weights=~close, minlength=n)
-  bad_delta = np.bincount(row, weights=~quantified, minlength=n)
-  delta = np.zeros(n)
-  np.maximum.at(delta, row[finite], diff[finite])
-  return comparable & (bad_close == 0), comparable & (bad_delta == 0), delta
 
 
 # --------------------------------------------------------------------------- kernels
@@ -263,7 +190,7 @@ def compare_bucket(offline, production, context=Context()):
   rec = part.records
   off, rec["duplicate_keys_offline"] = _without(offline, dups)
   prod, rec["duplicate_keys_production"] = _without(production, dups)
-  part.samples["duplicate_keys"] = _samples(
+  part.samples["duplicate_keys"] = kernels.samples(
       dups, lambda i, k: {"side": SIDES[int(i >= len(off_dup))], "key": k}, context.samples)
 
   ok, pk = _column(off, KEY), _column(prod, KEY)
@@ -308,7 +235,7 @@ def _one_side(part, side, keys, reasons, mask, cap):
     return
   vc = pc.value_counts(reasons)
   part.one_side[side] = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
-  part.samples[f"{side}_only"] = _samples(
+  part.samples[f"{side}_only"] = kernels.samples(
       keys, lambda i, k: {"key": k, "reason": reasons[i].as_py()}, cap)
 
 
@@ -340,7 +267,7 @@ def _compare_matched(part, o, p, context):
     within = np.zeros(n, bool)
     if kind == "numeric" and va is not None and vp is not None and diff.any():
       rows = np.flatnonzero(diff)
-      w, quantified, delta = _numeric_rows(va.take(pa.array(rows)), vp.take(pa.array(rows)),
+      w, quantified, delta = kernels.numeric_rows(va.take(pa.array(rows)), vp.take(pa.array(rows)),
                                            *context.tolerance.for_feature(name))
       within[rows[w]] = True
       f["delta_n"] += int(quantified.sum())
@@ -360,23 +287,84 @@ def _compare_matched(part, o, p, context):
   transform_diff = ~t_eq & ~any_early
   within_rec = transform_diff & differs_any & ~bad_any
   div_transform = transform_diff & ~within_rec
-  rec["identical"] = int(np.count_nonzero(~any_early & t_eq))
+  # serve: what the model received (served values where logged), for the records that agree
+  # (within tolerance) up to it.
+  s_eq = _eq(_u64(o, fp_column(SERVE.name)), _u64(p, fp_column(SERVE.name)))
+  part.stages[SERVE.name] = [int(s_eq.sum()), int(n - s_eq.sum())]
+  serve_diff = ~s_eq & ~any_early & ~div_transform
+  served_differs, serve_bad = _compare_served(part, o, p, names, serve_diff, context)
+  served_any = np.zeros(n, bool)
+  for mask in served_differs.values():
+    served_any |= mask
+  # A serve fingerprint that differs with no feature to show for it is divergence, not hidden.
+  div_serve = serve_diff & (serve_bad | ~served_any)
+  within_rec = (within_rec & ~div_serve) | (serve_diff & ~div_serve)
+  rec["identical"] = int(np.count_nonzero(~any_early & t_eq & s_eq))
   rec["within_tolerance"] = int(within_rec.sum())
-  rec["divergent"] = int(any_early.sum() + div_transform.sum())
+  rec["divergent"] = int(any_early.sum() + div_transform.sum() + div_serve.sum())
   first = np.full(n, "", dtype=object)
   first[any_early] = np.array(RECORD_STAGES, dtype=object)[early[any_early].argmax(axis=1)]
   first[div_transform] = context.transform_stage
-  for stage in RECORD_STAGES + (context.transform_stage,):
+  first[div_serve] = SERVE.name
+  for stage in RECORD_STAGES + (context.transform_stage, SERVE.name):
     part.first_stage[stage] += int(np.count_nonzero(first == stage))
-  rows = np.flatnonzero(any_early | div_transform)
+  rows = np.flatnonzero(any_early | div_transform | div_serve)
   keys = _column(o, KEY).take(pa.array(rows, pa.int64()))
 
   def entry(i, key):
     r = int(rows[i])
-    feats = {name: [_jsonable(_value(o, name, r)), _jsonable(_value(p, name, r))]
-             for name in names if differs[name][r]}
+    if first[r] == SERVE.name:  # the values the model received on each side
+      feats = {name: [_jsonable(_model_input(o, name)[r].as_py()),
+                      _jsonable(_model_input(p, name)[r].as_py())]
+               for name in sorted(served_differs) if served_differs[name][r]}
+    else:
+      feats = {name: [_jsonable(_value(o, name, r)), _jsonable(_value(p, name, r))]
+               for name in names if differs[name][r]}
     return {"key": key, "first_divergent_stage": first[r], "features": feats}
-  part.samples["divergent"] = _samples(keys, entry, context.samples)
+  part.samples["divergent"] = kernels.samples(keys, entry, context.samples)
+
+
+def _model_input(table, name):
+  """What the model received for feature `name` on one side: the served value where serving
+  logged one (served__F), else the transformed value (spec/feature_log.model_inputs)."""
+  value, served = _column(table, value_column(name)), _column(table, served_column(name))
+  if served is None:
+    return value
+  if value is None:
+    return served
+  return pc.if_else(served.is_valid(), served, value)
+
+
+def _compare_served(part, o, p, names, rows_mask, context):
+  """Per feature, the `rows_mask` records whose model inputs differ ({name: bool[n]}), and
+  which of those differ beyond tolerance (bool[n]); counts served_mismatch and
+  served_within_tolerance per feature."""
+  n = o.num_rows
+  bad = np.zeros(n, bool)
+  differs = {}
+  if not rows_mask.any():
+    return differs, bad
+  rows = np.flatnonzero(rows_mask)
+  take = pa.array(rows, pa.int64())
+  for name in names:
+    a, b = _model_input(o, name), _model_input(p, name)
+    if a is None or b is None:
+      continue
+    a, b = a.take(take), b.take(take)
+    same = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False) | \
+        (a.is_null().to_numpy(zero_copy_only=False) & b.is_null().to_numpy(zero_copy_only=False))
+    if same.all():
+      continue
+    f = part.features[name]
+    close = same.copy()
+    if f["kind"] == "numeric":
+      close |= kernels.numeric_rows(a, b, *context.tolerance.for_feature(name))[0]
+    differs[name] = np.zeros(n, bool)
+    differs[name][rows[~same]] = True
+    bad[rows[~close]] = True
+    f["served_mismatch"] += int((~close).sum())
+    f["served_within_tolerance"] += int((close & ~same).sum())
+  return differs, bad
 
 
 def _value(table, name, row):
@@ -393,7 +381,7 @@ def equal_bucket(entry, feature_names, context=Context()):
   rec = part.records
   rec["matched_keys"] = rec["identical"] = kept
   rec["dropped_both"] = entry["dropped"]
-  for stage in RECORD_STAGES + (TRANSFORM.name,):
+  for stage in RECORD_STAGES + (TRANSFORM.name, SERVE.name):
     part.stages[stage] = [kept, 0]
   part.stages[ANALYZE.name] = [kept, 0] if context.analyze_match else [0, kept]
   for name, kind in feature_names:

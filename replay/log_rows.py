@@ -29,7 +29,8 @@ from transforms.spec.errors import UsageError
 from transforms.spec.key import content_keys, hex64, key_batch
 from transforms.spec.serialize import round_trip
 from transforms.spec.shard import sample_mask, shard_ids
-from transforms.spec.stages import (KEY, PARSE, RAW, SERIALIZE, SHARD, SHARD_ID, TRANSFORM,
+from transforms.spec.stages import (KEY, PARSE, RAW, SERIALIZE, SERVE, SHARD, SHARD_ID,
+                                    TRANSFORM,
                                     WINDOW, WINDOW_END, WINDOW_START, DROP_REASON, value_columns)
 from transforms.spec.window import assign_windows
 
@@ -217,7 +218,7 @@ class LogRows:
     if not len(live):
       return {name: pa.nulls(len(out), fields[name]) for name in
               [log.WINDOW_START, log.WINDOW_END, log.SHARD_ID] +
-              [log.fp_column(s.name) for s in (WINDOW, SHARD, SERIALIZE, TRANSFORM)] +
+              [log.fp_column(s.name) for s in (WINDOW, SHARD, SERIALIZE, TRANSFORM, SERVE)] +
               [c for f in self._features for c in (log.feature_fp_column(f),
                                                    log.value_column(f))]}
     rows = pa.array(live)
@@ -253,7 +254,9 @@ class LogRows:
         log.fp_column(SERIALIZE.name): fingerprint.fingerprint_batch(
             decoded, SERIALIZE.fingerprint_fields(columns=self._names,
                                                   aggregates=self._aggregates)),
-        log.fp_column(TRANSFORM.name): fp_transform}
+        log.fp_column(TRANSFORM.name): fp_transform,
+        # No served value is logged through the logger: the model got the transform's values.
+        log.fp_column(SERVE.name): fp_transform}
     for f in self._features:
       live_cols[log.feature_fp_column(f)] = fp_features[f]
       live_cols[log.value_column(f)] = features.column(f).combine_chunks()

@@ -57,6 +57,10 @@ class FeatureSummary(_Part):
   mismatch_rate: float
   max_abs_delta: float | None
   mean_abs_delta: float | None
+  # serve: records whose model input (the served value where logged) differs from the other
+  # side's beyond tolerance / within it, among those that agree up to transform
+  served_mismatch: int = 0
+  served_within_tolerance: int = 0
 
 
   @classmethod
@@ -72,7 +76,9 @@ class FeatureSummary(_Part):
                max_abs_delta=float(f["delta_max"]) if numeric else None,
                mean_abs_delta=math.fsum(f["delta_sums"]) / f["delta_n"]
                if numeric and f["delta_n"]
-               else (0.0 if numeric else None))
+               else (0.0 if numeric else None),
+               served_mismatch=f.get("served_mismatch", 0),
+               served_within_tolerance=f.get("served_within_tolerance", 0))
 
 
 @dataclasses.dataclass(frozen=True)

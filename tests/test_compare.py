@@ -10,7 +10,7 @@ import pytest
 import xxhash
 
 from pipelines.common import UsageError
-from replay import compare, drift, metadata, model, tolerance
+from replay import compare, drift, kernels, metadata, model, tolerance
 from replay.compare import Context
 from transforms.spec import fingerprint, run_metadata, stages
 
@@ -480,7 +480,7 @@ def test_key_hashes_are_the_reference_xxh64_of_every_length_and_slice():
   keys = ["", "a", "é", "日本語キー"] + [
       bytes(rng.integers(97, 123, n, dtype=np.uint8)).decode() for n in range(1, 80)]
   for arr in (pa.array(keys), pa.array(["x"] + keys, pa.large_string()).slice(1)):
-    assert compare._key_hashes(arr).tolist() == \
+    assert kernels._key_hashes(arr).tolist() == \
         [xxhash.xxh64_intdigest(k.encode("utf-8"), seed=0) for k in keys]
 
 
@@ -488,11 +488,11 @@ def test_samples_match_a_full_sort_on_many_candidates_and_ties():
   keys = [f"key-{i}" for i in range(3000)] + ["key-7", "key-7"]
   ref = sorted(range(len(keys)),
                key=lambda i: (xxhash.xxh64_intdigest(keys[i].encode(), seed=0), keys[i], i))
-  got = compare._samples(pa.array(keys), lambda i, k: i, 12)
+  got = kernels.samples(pa.array(keys), lambda i, k: i, 12)
   assert [e[2] for e in got] == ref[:12] and [e[1] for e in got] == [keys[i] for i in ref[:12]]
-  cut = [e[2] for e in compare._samples(pa.array(keys), lambda i, k: i, 3)]
+  cut = [e[2] for e in kernels.samples(pa.array(keys), lambda i, k: i, 3)]
   assert cut == ref[:3]
-  tied = [e[2] for e in compare._samples(pa.array(["b", "a", "b"]), lambda i, k: i, 2)]
+  tied = [e[2] for e in kernels.samples(pa.array(["b", "a", "b"]), lambda i, k: i, 2)]
   assert tied == sorted([0, 1, 2], key=lambda i: (xxhash.xxh64_intdigest(
       ["b", "a", "b"][i].encode()), ["b", "a", "b"][i], i))[:2]
 

@@ -2,7 +2,8 @@
 format tag, and the dead-letter record (manifests/dataset_manifest.schema.json)."""
 
 __all__ = ["MANIFEST", "MANIFEST_FORMAT", "SCHEMA_FILE", "FORMATS", "REJECTED_PATH",
-           "COVERAGE_KINDS", "coverage_entry", "coverage_of", "shard_name", "rejected_row"]
+           "COVERAGE_KINDS", "coverage_entry", "coverage_of", "SIDE_ROLES", "side_entry",
+           "side_of", "side_names", "record_columns", "shard_name", "rejected_row"]
 
 MANIFEST, SCHEMA_FILE = "manifest.json", "schema.pbtxt"
 MANIFEST_FORMAT = "skewtrace.dataset/1"
@@ -47,3 +48,44 @@ def coverage_entry(kind="all", sampling_rate=None):
 def coverage_of(doc):
   """The coverage a manifest or run metadata records (older ones: all traffic)."""
   return doc.get("coverage") or coverage_entry()
+
+
+# Side columns: what a serving log carries beside the record. "served": the value serving fed
+# the model for a transformed feature ({column: feature}); "aggregates": a windowed aggregate as
+# serving's online store computed it ({column: aggregate}). Ingest shards them with the record
+# but outside it: no raw or parse fingerprint, content key or content digest covers them, so the
+# same records with and without them compare equal. pipelines.features reads them: served
+# values become the `serve` stage, logged aggregates replace the window stage's own counts.
+SIDE_ROLES = ("served", "aggregates")
+
+
+def side_entry(served=None, aggregates=None):
+  """The side-column record: {"served": {column: feature}, "aggregates": {column: aggregate}};
+  ValueError when a column has two roles or two columns name one feature or aggregate."""
+  out = {"served": dict(sorted((served or {}).items())),
+         "aggregates": dict(sorted((aggregates or {}).items()))}
+  both = sorted(set(out["served"]) & set(out["aggregates"]))
+  if both:
+    raise ValueError(f"column(s) {', '.join(both)} both served and a logged aggregate")
+  for role in SIDE_ROLES:
+    targets = list(out[role].values())
+    twice = sorted({t for t in targets if targets.count(t) > 1})
+    if twice:
+      raise ValueError(f"{role}: {', '.join(twice)} named by more than one column")
+  return out
+
+
+def side_of(manifest):
+  """The side columns a manifest records (older ones: none)."""
+  return manifest.get("side_columns") or side_entry()
+
+
+def side_names(side):
+  """The names of a side entry's columns, sorted."""
+  return sorted(set(side["served"]) | set(side["aggregates"]))
+
+
+def record_columns(manifest):
+  """[(name, type)] of the record: the manifest's schema columns without its side columns."""
+  side = set(side_names(side_of(manifest)))
+  return [(c["name"], c["type"]) for c in manifest["schema"]["columns"] if c["name"] not in side]

@@ -7,7 +7,8 @@ feature_log/bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet; readers take a bucket's r
 bucket_glob. Columns (manifests/feature_log.schema.json): HEAD (key, event time, window, shard,
 drop stage and reason, fp_<stage> for every FP_STAGES stage), then per transformed feature F:
 fp__F (uint64) and value__F (a scalar for one-value features, as tft.TFTransformOutput gives
-them; else the list). Each bucket's digests per stage (fingerprint.combine_digest of the stage
+them; else the list); per feature F serving logged a value of, served__F (that value, in
+value__F's type). Each bucket's digests per stage (fingerprint.combine_digest of the stage
 fingerprints present) go to the run metadata, so a diff can skip equal buckets.
 
 Column names are built and read only here: fp_column / value_column / feature_fp_column, and
@@ -17,6 +18,7 @@ import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from transforms.spec import fingerprint
 from transforms.spec.key import key_hash
@@ -24,7 +26,8 @@ from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
 
 __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
            "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON", "HEAD",
-           "STAGE_COLUMNS", "fp_column", "value_column", "feature_fp_column", "feature_of",
+           "STAGE_COLUMNS", "fp_column", "value_column", "served_column", "feature_fp_column",
+           "feature_of", "is_served_column", "served_of", "model_inputs",
            "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
            "log_hash", "bucket_of", "buckets_of", "bucket_path", "bucket_glob", "part_path",
            "is_part_file", "transformed_path", "passthrough_columns", "passthrough_types",
@@ -35,7 +38,7 @@ LOG_SEED = 0x5EED
 KEY, EVENT_TIME, WINDOW_START, WINDOW_END, SHARD_ID = (
     "key", "event_time", "window_start", "window_end", "shard_id")
 DROPPED_STAGE, DROP_REASON = "dropped_stage", "drop_reason"
-_FP, _VALUE, _FEATURE_FP = "fp_", "value__", "fp__"
+_FP, _VALUE, _FEATURE_FP, _SERVED = "fp_", "value__", "fp__", "served__"
 
 
 def fp_column(stage):
@@ -46,6 +49,33 @@ def fp_column(stage):
 def value_column(feature):
   """The log column of a transformed feature's value: value__<feature>."""
   return _VALUE + feature
+
+
+def served_column(feature):
+  """The log column of the value serving fed the model for a feature: served__<feature>."""
+  return _SERVED + feature
+
+
+def is_served_column(name):
+  return name.startswith(_SERVED)
+
+
+def served_of(names):
+  """The sorted features a log's column names hold served values of."""
+  return sorted(name[len(_SERVED):] for name in names if is_served_column(name))
+
+
+def model_inputs(values, served):
+  """What the model received (the `serve` stage's fields): a table of the transformed `values`
+  where each feature F with a served array in `served` ({F: array cast to the value's type})
+  takes the served value, and the transformed one where serving logged none (null)."""
+  cols = []
+  for name in values.schema.names:
+    col = values.column(name)
+    if name in served:
+      col = pc.if_else(served[name].is_valid(), served[name], col)
+    cols.append(col)
+  return pa.table(cols, names=values.schema.names)
 
 
 def feature_fp_column(feature):

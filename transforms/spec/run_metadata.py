@@ -43,9 +43,9 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
   versions(). The logger adds its own sections (log.parts, pii) to what this returns.
   event_time: the module's (column, format, zone) declaration (spec/event_time.declaration);
   transform_fn: (the folder it was given as, or None when the run analysed, the content
-  digest of the run's transform_fn); source: the input's {"format", "coverage"} (its
-  manifest's input_format and spec/dataset.coverage_entry); each section is left out when
-  None."""
+  digest of the run's transform_fn); source: the input's {"format", "coverage",
+  "side_columns"} (its manifest's input_format, spec/dataset.coverage_entry and side_entry; the
+  side columns recorded when there are any); each section is left out when None."""
   doc = {
       "format": FORMAT,
       "profile": profile.to_dict(),
@@ -69,6 +69,8 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
     doc[TRANSFORM_FN] = {"source": origin, "digest": digest}
   if source is not None:
     doc["source"] = {"format": source["format"]}
+    if source.get("side_columns") and any(source["side_columns"].values()):
+      doc["source"]["side_columns"] = source["side_columns"]
     doc["coverage"] = source["coverage"]
   return doc
 

@@ -16,7 +16,7 @@ import dataclasses
 
 from transforms.codec import csv_records
 
-__all__ = ["Stage", "RAW", "PARSE", "WINDOW", "SHARD", "SERIALIZE", "ANALYZE", "TRANSFORM",
+__all__ = ["Stage", "RAW", "PARSE", "WINDOW", "SHARD", "SERIALIZE", "ANALYZE", "TRANSFORM", "SERVE",
            "RULES", "STAGES", "FP_STAGES", "RECORD_STAGES", "COLUMNS", "AGGREGATES", "VALUES",
            "FEATURES", "KEY", "RAW_FP", "PARSE_FP", "INGEST_SHARD", "WINDOW_START", "WINDOW_END",
            "WINDOW_FP", "SHARD_ID", "SHARD_FP", "SERIALIZE_FP", "DROP_REASON", "LOG_HASH",
@@ -93,8 +93,12 @@ SHARD = Stage("shard", SHARD_FP, (SHARD_ID, KEY))
 SERIALIZE = Stage("serialize", SERIALIZE_FP, (VALUES,))
 ANALYZE = Stage("analyze", None, per_run=True)
 TRANSFORM = Stage("transform", None, (FEATURES,))
+# What the model received: per transformed feature, the value serving logged it fed the model
+# (a served side column, spec/dataset.py) where there is one, else the transform's value; the
+# same coding as `transform`, so a run that logs no served value has fp_serve == fp_transform.
+SERVE = Stage("serve", None, (FEATURES,))
 
-RULES = (RAW, PARSE, WINDOW, SHARD, SERIALIZE, ANALYZE, TRANSFORM)
+RULES = (RAW, PARSE, WINDOW, SHARD, SERIALIZE, ANALYZE, TRANSFORM, SERVE)
 STAGES = tuple(s.name for s in RULES)
 # The stages with a per-record fingerprint column fp_<stage> in the log (analyze is per run).
 FP_STAGES = tuple(s.name for s in RULES if not s.per_run)

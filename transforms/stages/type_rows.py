@@ -15,12 +15,13 @@ from transforms.stages.read_csv import REJECTED
 __all__ = ["TypeRows", "type_batch"]
 
 
-def type_batch(batch, columns, paths, required=()):
+def type_batch(batch, columns, paths, required=(), side=()):
   """Types `batch` per columns [(name, type)]. Returns (typed batch, rejected dicts).
 
   The typed batch keeps only rows whose every value fits its type and whose `required`
   columns are present, with the data columns in `columns` order and __raw_fp__ (the raw-stage
-  fingerprint of the cells' canonical text, spec/values.py); provenance is dropped.
+  fingerprint of the cells' canonical text, spec/values.py, over the record's columns: not the
+  `side` ones, spec/dataset.py); provenance is dropped.
   """
   n = batch.num_rows
   typed, bad_by_column = [], []
@@ -51,7 +52,7 @@ def type_batch(batch, columns, paths, required=()):
                                    "; ".join(reasons[i])))
   keep = pa.array(~bad_rows)
   # The raw-stage fingerprint: each cell's canonical text (spec/values.py), before typing.
-  names = [name for name, _ in columns]
+  names = [name for name, _ in columns if name not in side]
   canonical = pa.RecordBatch.from_arrays([values.canonical_text(batch.column(n)) for n in names],
                                          names=names)
   raw_fp = fingerprint.fingerprint_batch(canonical, fields=RAW.fingerprint_fields(columns=names))
@@ -68,14 +69,15 @@ def _cell_text(column, i):
 
 class _TypeFn(beam.DoFn):
 
-  def __init__(self, paths, required):
+  def __init__(self, paths, required, side):
     self._paths = list(paths)
     self._required = list(required)
+    self._side = frozenset(side)
     self._rejected = beam.metrics.Metrics.counter("skewtrace.ingest", "rows_rejected_typing")
 
   def process(self, element, columns):
     batch_id, batch = element
-    typed, rejected = type_batch(batch, columns, self._paths, self._required)
+    typed, rejected = type_batch(batch, columns, self._paths, self._required, self._side)
     self._rejected.inc(len(rejected))
     for row in rejected:
       yield beam.pvalue.TaggedOutput(REJECTED, row)
@@ -87,18 +89,20 @@ class TypeRows(beam.PTransform):
   """(id, binary batch) -> (id, typed batch); REJECTED rows tagged.
 
   `columns` is [(name, type)] or a singleton PCollection of it (inferred types); rows
-  missing a `required` (key) column are rejected.
+  missing a `required` (key) column are rejected; `side` columns are typed but outside the raw
+  fingerprint.
   """
 
-  def __init__(self, columns, paths, required=()):
+  def __init__(self, columns, paths, required=(), side=()):
     super().__init__()
     self._columns = columns
     self._paths = paths
     self._required = required
+    self._side = tuple(side)
 
   def expand(self, batches):
     columns = self._columns
     if isinstance(columns, beam.pvalue.PCollection):
       columns = beam.pvalue.AsSingleton(columns)
-    return batches | "Cast" >> beam.ParDo(_TypeFn(self._paths, self._required), columns).with_outputs(
+    return batches | "Cast" >> beam.ParDo(_TypeFn(self._paths, self._required, self._side), columns).with_outputs(
         REJECTED, main="rows")

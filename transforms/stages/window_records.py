@@ -56,14 +56,20 @@ class _AssignFn(beam.DoFn):
 
 class _JoinFn(AheadDoFn):
   """Joins the counts one batch ahead (Acero joins and the fingerprint kernel release the GIL),
-  overlapping the stages after it (TFT's analysis) on the previous batch."""
+  overlapping the stages after it (TFT's analysis) on the previous batch. A logged aggregate
+  ({name: side column}) is the record's own logged value, as serving's online store gave it."""
 
-  def __init__(self, aggregates):
+  def __init__(self, aggregates, logged):
     self._aggregates = aggregates
+    self._logged = logged
 
   def work(self, batch, **counts):
     for agg in self._aggregates:
-      batch = join_counts(batch, agg["group_by"], agg["name"], counts[agg["name"]])
+      name = agg["name"]
+      if name in self._logged:
+        batch = batch.append_column(name, batch.column(self._logged[name]).cast(pa.int64()))
+      else:
+        batch = join_counts(batch, agg["group_by"], name, counts[name])
     yield window_fingerprints(batch, [agg["name"] for agg in self._aggregates])
 
 
@@ -87,14 +93,18 @@ class WindowRecords(beam.PTransform):
   being materialised to wait for the counts side input.
 
   event_format / event_zone: the feature module's declaration (spec/event_time.declaration).
+  logged: {aggregate: side column} of the aggregates serving logged (spec/dataset.py side
+  columns): taken as production computed them, not counted here, so a wrong online aggregate
+  shows at `window`.
   """
 
   def __init__(self, event_column, aggregates, profile, event_format=event_time.DEFAULT_FORMAT,
-               event_zone=event_time.DEFAULT_ZONE):
+               event_zone=event_time.DEFAULT_ZONE, logged=None):
     super().__init__()
     self._event = (event_column, event_format, event_zone)
     self._aggregates = list(aggregates)
     self._profile = profile
+    self._logged = dict(logged or {})
 
   def expand(self, pcolls):
     batches, count_batches = pcolls if isinstance(pcolls, tuple) else (pcolls, None)
@@ -119,11 +129,13 @@ class WindowRecords(beam.PTransform):
               pa.RecordBatch)
     counts = {}
     for i, agg in enumerate(self._aggregates):
+      if agg["name"] in self._logged:
+        continue
       counts[agg["name"]] = beam.pvalue.AsSingleton(
           counted
           | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile,
                                             ordered=False).with_output_types(pa.Table)
           | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()).with_output_types(pa.Table))
     joined = assigned.kept | "JoinAggregates" >> beam.ParDo(
-        _JoinFn(self._aggregates), **counts).with_output_types(pa.RecordBatch)
+        _JoinFn(self._aggregates, self._logged), **counts).with_output_types(pa.RecordBatch)
     return {"kept": joined, DROPPED: assigned[DROPPED]}

@@ -37,18 +37,20 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
                                          STAGE_COLUMNS, WINDOW_END as LOG_WINDOW_END,
                                          WINDOW_START as LOG_WINDOW_START, bucket_path,
                                          buckets_of, dictionary_columns, fp_column,
-                                         feature_fp_column, log_hash, passthrough_columns,
+                                         feature_fp_column, log_hash, model_inputs,
+                                         passthrough_columns, served_column, served_of,
                                          stage_digests, transformed_path, value_column)
 from transforms.spec.stages import (DROP_REASON, KEY, LOG_HASH, RAW, RAW_FP, RECORD_STAGES,
-                                    SHARD_ID, STAGES, TRANSFORM, WINDOW, WINDOW_END,
+                                    SERVE, SHARD_ID, STAGES, TRANSFORM, WINDOW, WINDOW_END,
                                     WINDOW_START)
 from transforms.spec.window import event_seconds
 
 __all__ = ["WriteFeatureLog", "merge_bucket", "with_log_hash"]
 
-_FP_RAW, _FP_TRANSFORM = fp_column(RAW.name), fp_column(TRANSFORM.name)
-# The stage columns the parts carry: all but fp_transform, which the merge computes.
-_HEAD = [name for name, _ in HEAD if name != _FP_TRANSFORM]
+_FP_RAW, _FP_TRANSFORM, _FP_SERVE = (fp_column(RAW.name), fp_column(TRANSFORM.name),
+                                     fp_column(SERVE.name))
+# The stage columns the parts carry: all but fp_transform and fp_serve, which the merge computes.
+_HEAD = [name for name, _ in HEAD if name not in (_FP_TRANSFORM, _FP_SERVE)]
 _PARTS = "feature_log_parts"
 _ONE_VALUE = b"skewtrace.one_value"  # field metadata of a part column stored flat
 _KIND = b"skewtrace.part"  # schema metadata of a part: b"head", b"kept" or b"dropped"
@@ -81,9 +83,10 @@ def _one_value(arr):
   return arr.flatten()
 
 
-def _head(batch, event, dropped):
+def _head(batch, event, dropped, served=()):
   """The log's stage columns of a batch of dropped records or of records going into TFT;
-  event: (column, format, zone), the event time logged in Unix seconds (spec/window.py)."""
+  event: (column, format, zone), the event time logged in Unix seconds (spec/window.py);
+  served: ((side column, feature), ...), logged as served__F for records going into TFT."""
   n = batch.num_rows
   column, form, zone = event
   cols = {LOG_KEY: batch.column(KEY).cast(pa.string()),
@@ -102,6 +105,9 @@ def _head(batch, event, dropped):
   for s, c in STAGE_COLUMNS.items():
     cols[fp_column(s)] = (pa.nulls(n, pa.uint64()) if dropped and s not in reached
                        else _as_uint64(batch.column(c)))
+  if not dropped:
+    for column, feature in served:
+      cols[served_column(feature)] = batch.column(column)
   return cols
 
 
@@ -132,16 +138,18 @@ class _WriteHeadPartsFn(AheadDoFn):
   thread (AheadDoFn), overlapping TFT's analysis of the next batch."""
 
   def __init__(self, temp_dir, num_buckets, event_column, dropped,
-               event_format=event_time.DEFAULT_FORMAT, event_zone=event_time.DEFAULT_ZONE):
+               event_format=event_time.DEFAULT_FORMAT, event_zone=event_time.DEFAULT_ZONE,
+               served=()):
     self._dir = FileSystems.join(temp_dir, _PARTS)
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
     self._dropped = dropped
+    self._served = tuple(served)
 
   def work(self, batch):
     if not batch.num_rows:
       return []
-    cols = _head(batch, self._event, self._dropped)
+    cols = _head(batch, self._event, self._dropped, self._served)
     if self._dropped:
       hashes, kind = log_hash(batch.column(KEY)), b"dropped"
     else:
@@ -225,11 +233,14 @@ def _merged_log(heads, kept, dropped, bucket):
   if rows != got:
     raise ValueError(f"bucket {bucket}: {rows} records went into TFT but {got} transformed "
                      "rows came back")
-  head = pa.concat_tables([t.select(_HEAD) for t in heads + dropped], promote_options="default")
+  served = sorted({f for t in heads for f in served_of(t.schema.names)})
+  extra = [served_column(f) for f in served]
+  head = pa.concat_tables([t.select(_HEAD + [c for c in extra if c in t.schema.names])
+                           for t in heads + dropped], promote_options="default")
   order = pc.sort_indices(head, _ORDER)
   cols = {c: head.column(c).take(order) for c in _HEAD}
   if names is None:
-    cols[_FP_TRANSFORM] = pa.nulls(head.num_rows, pa.uint64())
+    cols[_FP_TRANSFORM] = cols[_FP_SERVE] = pa.nulls(head.num_rows, pa.uint64())
     return pa.table(cols), None
   pairs = pa.table([pa.concat_arrays([c for t in part for c in t.column(name).chunks])
                     for name, part in ((LOG_HASH, heads), (LOG_HASH, kept), (_FP_RAW, heads),
@@ -249,9 +260,16 @@ def _merged_log(heads, kept, dropped, bucket):
       pa.array(source, mask=mask))
   record_fp, feature_fps = fingerprint.fingerprint_fields(values)
   cols[_FP_TRANSFORM] = pa.array(record_fp, mask=mask)
+  served_values = {f: _served_values(head.column(served_column(f)).take(order), values, f,
+                                     bucket) for f in served}
+  serve_fp = fingerprint.fingerprint_fields(model_inputs(values, served_values))[0] \
+      if served else record_fp
+  cols[_FP_SERVE] = pa.array(serve_fp, mask=mask)
   for n in names:
     cols[feature_fp_column(n)] = pa.array(feature_fps[n], mask=mask)
     cols[value_column(n)] = values.column(n)
+    if n in served_values:
+      cols[served_column(n)] = served_values[n]
   log = pa.table(cols)
   keys = log.column(LOG_KEY)
   if len(keys) > 1 and pc.any(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
@@ -260,6 +278,20 @@ def _merged_log(heads, kept, dropped, bucket):
     # anyway, so their order never follows TFT's output order.
     log = log.take(pc.sort_indices(log, _ORDER + [(_FP_TRANSFORM, "ascending")]))
   return log, names
+
+
+def _served_values(column, values, feature, bucket):
+  """A served side column in the type of the transformed feature it names (what the model got
+  is compared as the model takes it: a float64 logged value as the float32 it was fed)."""
+  if feature not in values.schema.names:
+    raise ValueError(f"bucket {bucket}: served values name feature {feature!r}, which the "
+                     f"transform does not output ({', '.join(values.schema.names)})")
+  typ = values.schema.field(feature).type
+  if not _is_flat(typ):
+    raise ValueError(f"served feature {feature!r} has several values per record; only "
+                     "one-value features can be served")
+  column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+  return column.cast(typ, safe=False)
 
 
 def merge_bucket(temp_dir, num_buckets, bucket, paths):
@@ -329,14 +361,17 @@ class _MergeBucketsFn(beam.DoFn):
 class WriteFeatureLog(beam.PTransform):
   """(batches going into TFT, with LOG_HASH; TFT's output with LOG_HASH and the raw fingerprint
   passed through; dropped batches) -> one info dict per bucket written. event_format /
-  event_zone: the feature module's event-time declaration (the log holds Unix seconds)."""
+  event_zone: the feature module's event-time declaration (the log holds Unix seconds); served:
+  the side columns holding what serving fed the model, logged as served__F and fingerprinted
+  with the transformed values as the `serve` stage (spec/stages.py SERVE)."""
 
   def __init__(self, temp_dir, num_buckets, event_column, event_format=event_time.DEFAULT_FORMAT,
-               event_zone=event_time.DEFAULT_ZONE):
+               event_zone=event_time.DEFAULT_ZONE, served=()):
     super().__init__()
     self._temp_dir = temp_dir
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
+    self._served = tuple(served)  # ((side column, feature), ...): spec/dataset.py side columns
 
   def expand(self, pcolls):
     staged, transformed, dropped = pcolls
@@ -344,7 +379,8 @@ class WriteFeatureLog(beam.PTransform):
     args = (self._temp_dir, self._num_buckets, column)
     kwargs = {"event_format": form, "event_zone": zone}
     parts = (
-        staged | "WriteHeadParts" >> beam.ParDo(_WriteHeadPartsFn(*args, False, **kwargs)),
+        staged | "WriteHeadParts" >> beam.ParDo(
+            _WriteHeadPartsFn(*args, False, served=self._served, **kwargs)),
         transformed | "WriteTransformedParts" >> beam.ParDo(
             _WriteValuesPartsFn(self._temp_dir, self._num_buckets)),
         dropped | "WriteDroppedParts" >> beam.ParDo(_WriteHeadPartsFn(*args, True, **kwargs)),

@@ -1,0 +1,82 @@
+"""Row kernels of the replay diff (replay/compare.py), vectorised over Arrow arrays: the numeric
+difference of two aligned value columns under a tolerance, and the deterministic sample of keys
+(smallest XXH64(key, seed 0) first)."""
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from transforms.codec import xxh64
+
+__all__ = ["numeric_rows", "samples"]
+
+
+def _as_elements(col):
+  """(length per row, -1 for a null value; float64 elements; element valid) or None when the
+  values are not numbers."""
+  typ = col.type
+  if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+    lengths = pc.list_value_length(col).fill_null(-1).to_numpy(zero_copy_only=False)
+    flat = col.flatten()
+  else:
+    lengths = np.where(col.is_valid().to_numpy(zero_copy_only=False), 1, -1)
+    flat = col.drop_null()
+  if not (pa.types.is_floating(flat.type) or pa.types.is_integer(flat.type)):
+    return None
+  valid = flat.is_valid().to_numpy(zero_copy_only=False)
+  values = flat.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+  return lengths.astype(np.int64), values, valid
+
+
+def numeric_rows(a_col, b_col, abs_tol, rel_tol):
+  """Per row of two aligned value columns: (within tolerance, |delta| defined, |delta|).
+
+  |delta| of a list is its largest element difference; it is defined when both values have
+  the same length and every element pair is finite (or both null / equal infinities).
+  """
+  n = len(a_col)
+  none = np.zeros(n, bool)
+  ea, eb = _as_elements(a_col), _as_elements(b_col)
+  if ea is None or eb is None:
+    return none, none, np.zeros(n)
+  (la, xa, va), (lb, xb, vb) = ea, eb
+  comparable = (la >= 0) & (la == lb)
+  row_a = np.repeat(np.arange(n), np.maximum(la, 0))
+  row_b = np.repeat(np.arange(n), np.maximum(lb, 0))
+  keep_a, keep_b = comparable[row_a], comparable[row_b]
+  a, b, va, vb, row = xa[keep_a], xb[keep_b], va[keep_a], vb[keep_b], row_a[keep_a]
+  both = va & vb
+  with np.errstate(invalid="ignore"):
+    diff = np.abs(b - a)
+    equal = both & ((a == b) | (np.isnan(a) & np.isnan(b)))
+    close = equal | (both & (diff <= abs_tol + rel_tol * np.abs(a))) | (~va & ~vb)
+  finite = both & np.isfinite(diff)
+  quantified = finite | equal | (~va & ~vb)
+  bad_close = np.bincount(row, weights=~close, minlength=n)
+  bad_delta = np.bincount(row, weights=~quantified, minlength=n)
+  delta = np.zeros(n)
+  np.maximum.at(delta, row[finite], diff[finite])
+  return comparable & (bad_close == 0), comparable & (bad_delta == 0), delta
+
+
+def _key_hashes(keys):
+  """XXH64(key UTF-8, seed 0) of each key of a string Array, the sample order, in one compiled
+  loop over the Arrow buffers (the fingerprint encoding pads and tags, so it cannot serve)."""
+  keys = keys.cast(pa.large_string())
+  _, offsets, data = keys.buffers()
+  offsets = np.frombuffer(offsets, np.int64, count=len(keys) + 1, offset=8 * keys.offset)
+  data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+  return xxh64.xxh64_spans(data, offsets)
+
+
+def samples(keys, make, cap):
+  """[(hash, key, entry)] of the `cap` keys (a string Array) with the smallest hashes, ties by
+  key then position; make(i, key) -> entry is called for those only."""
+  if not len(keys) or cap <= 0:
+    return []
+  h = _key_hashes(keys)
+  # Every key whose hash is at most the cap-th smallest: cap of them unless hashes tie.
+  rows = np.arange(len(h)) if len(h) <= cap else \
+      np.flatnonzero(h <= np.partition(h, cap - 1)[cap - 1])
+  picked = keys.take(pa.array(rows, pa.int64())).to_pylist()
+  order = sorted(range(len(rows)), key=lambda t: (h[rows[t]], picked[t]))[:cap]
+  return [(int(h[rows[t]]), picked[t], make(int(rows[t]), picked[t])) for t in order]
