@@ -258,6 +258,10 @@ def plan_ingest(opts):
       raise common.UsageError(f"--schema {opts.schema}: {e}") from None
   source = _source_options(opts, paths, list(types) if types else ())
   names = _column_names(paths, source)
+  if types is not None and source.format != "csv":
+    # A record's absent key or feature is a null (a tf.Example omits an empty feature): the
+    # schema's columns are the dataset's, then the first record's others.
+    names = list(types) + [n for n in names if n not in types]
   reserved = sorted(RESERVED.intersection(names))
   if reserved:
     raise common.UsageError(f"column name(s) reserved by skewtrace: {', '.join(reserved)}")

@@ -46,7 +46,7 @@ def test_log_columns_unique_per_record_skip_the_parquet_dictionary(taxi_features
   first = sorted(glob.glob(os.path.join(taxi_features["direct"], "feature_log", "*.parquet")))[0]
   encoded = _dictionary_encoded(first)
   unique = ["key"] + [f"fp_{s}" for s in ("raw", "parse", "window", "shard", "serialize",
-                                          "transform")]
+                                          "transform", "serve")]
   assert not any(encoded[c] for c in unique), encoded
   assert all(encoded[c] for c in encoded if c not in unique), encoded
 

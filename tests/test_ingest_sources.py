@@ -171,3 +171,58 @@ def test_ingest_records_partial_coverage(shapes, tmp_path):
   manifest = _manifest(data)
   assert manifest["coverage"] == {"kind": "partial", "sampling_rate": 0.1}
   assert manifest["rows"]["read"] == len(lines[::10])
+
+
+def _write_examples(path, names, records, types):
+  """The records as tf.Example TFRecords, written with TensorFlow's own protos and writer (a
+  float is a float32 there, as in every tf.Example)."""
+  import tensorflow as tf
+  with tf.io.TFRecordWriter(str(path)) as w:
+    for r in records:
+      feats = {}
+      for n in names:
+        v = r[n]
+        if v is None:
+          continue
+        if types[n] == schema_spec.INT:
+          feats[n] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+        elif types[n] == schema_spec.FLOAT:
+          feats[n] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+        else:
+          feats[n] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
+      w.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+
+
+def test_tf_example_input_agrees_where_float32_holds_the_value_and_differs_where_it_cannot(
+    taxi_runs, tmp_path):
+  """tf.Example holds floats as float32: a record whose every float survives float32 (its
+  shortest float32 text is the CSV value) gets the CSV record's raw fingerprint; the others
+  differ at raw -- a real difference, never hidden. The count comes from the reference."""
+  from tests import canonical_ref as ref
+  names, records, texts = _taxi()
+  with open(TAXI_SCHEMA, encoding="utf-8") as f:
+    types = schema_spec.load_tfmd(f.read())
+  path = tmp_path / "serving.tfrecord"
+  _write_examples(path, names, records, types)
+  out = ingest(tmp_path / "d", "--num_shards", "4", "--schema", TAXI_SCHEMA, inputs=str(path))
+  assert verify.verify(out) == []
+  assert _manifest(out)["options"]["input_format"] == "tfrecord"
+  assert _manifest(out)["rows"]["written"] == len(records)
+  floats = [i for i, n in enumerate(names) if types[n] == schema_spec.FLOAT]
+  lossy = sum(1 for row in texts
+              if any(row[i] != "" and ref.canonical_float32(float(row[i])) !=
+                     ref.canonical(row[i]) for i in floats))
+  assert 0 < lossy < len(records)
+  offline = _fingerprints(taxi_runs["direct"])["__raw_fp__"]
+  got = _fingerprints(out)["__raw_fp__"]
+  remaining = list(offline)
+  unmatched = 0
+  index = {}
+  for fp in remaining:
+    index[fp] = index.get(fp, 0) + 1
+  for fp in got:
+    if index.get(fp, 0):
+      index[fp] -= 1
+    else:
+      unmatched += 1
+  assert unmatched == lossy

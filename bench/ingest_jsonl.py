@@ -1,0 +1,119 @@
+"""Benchmark: pipelines.ingest of a JSON Lines serving log vs a direct pyarrow JSON read + the
+same encoders without Beam.
+
+  python bench/ingest_jsonl.py [--rows 1000000] [--preset_rows 200000]
+
+The input is the bench/ingest.py taxi input (data/chicago_taxi/data.csv repeated, a unique
+trip_id, shifted weeks) written as one JSON object per line, values typed as JSON (numbers,
+strings, null). (1) is pipelines.ingest on DirectRunner writing TFRecord + Parquet with the
+TFMD schema; (2) the baseline: pyarrow.json.open_json in 8 MiB blocks, Parquet writer, tfx_bsl's
+RecordBatchToExamplesEncoder and TFRecordWriter, in one process. A SageMaker Data Capture copy
+of the first --preset_rows records (JSON payloads of 10 instances) is ingested too, against the
+plain log of the same records. Each contender runs in its own process; ratios are printed.
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ingest import SCHEMA, make_input, measure  # noqa: E402  (bench/ingest.py)
+
+DIRECT = r'''
+import sys, pyarrow as pa, pyarrow.json as pajson, pyarrow.parquet as pq
+from tfx_bsl.coders import example_coder
+src, out = sys.argv[1], sys.argv[2]
+reader = pajson.open_json(src, read_options=pajson.ReadOptions(block_size=8 << 20))
+enc = example_coder.RecordBatchToExamplesEncoder()
+pw = None
+import tensorflow as tf  # noqa: the TFRecord writer
+with tf.io.TFRecordWriter(out + ".tfrecord") as w:
+  for batch in reader:
+    if pw is None:
+      pw = pq.ParquetWriter(out + ".parquet", batch.schema, compression="snappy")
+    pw.write_batch(batch)
+    cols = []
+    for c in batch.columns:
+      if pa.types.is_floating(c.type): c = c.cast(pa.float32())
+      if pa.types.is_string(c.type): c = c.cast(pa.binary())
+      cols.append(pa.ListArray.from_arrays(pa.array(range(len(c) + 1), pa.int32()), c,
+                                           mask=c.is_null()))
+    for ex in enc.encode(pa.RecordBatch.from_arrays(cols, names=batch.schema.names)):
+      w.write(ex)
+pw.close()
+'''
+
+
+def _typed(text):
+  """A CSV cell as the JSON value a serving log holds."""
+  if text == "":
+    return None
+  for cast in (int, float):
+    try:
+      return cast(text)
+    except ValueError:
+      pass
+  return text
+
+
+def write_jsonl(csv_path, out, capture_out=None, capture_rows=0, per_request=10):
+  """The CSV as JSON Lines (trip_id stays a string, as the schema-less column is BYTES); with
+  capture_out, its first capture_rows records also as SageMaker Data Capture lines."""
+  pending = []
+  with open(csv_path, newline="") as f, open(out, "w") as w:
+    cap = open(capture_out, "w") if capture_out else None
+    reader = csv.reader(f)
+    header = next(reader)
+    for n, row in enumerate(reader):
+      record = {h: (v if h == "trip_id" else _typed(v)) for h, v in zip(header, row)}
+      w.write(json.dumps(record) + "\n")
+      if cap and n < capture_rows:
+        pending.append(record)
+        if len(pending) == per_request or n == capture_rows - 1:
+          cap.write(json.dumps({"captureData": {"endpointInput": {
+              "observedContentType": "application/json", "mode": "INPUT",
+              "data": json.dumps({"instances": pending}), "encoding": "JSON"}},
+              "eventMetadata": {"eventId": str(n), "inferenceTime": "2024-05-01T10:00:00Z"},
+              "eventVersion": "0"}) + "\n")
+          pending = []
+    if cap:
+      cap.close()
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--rows", type=int, default=1_000_000)
+  ap.add_argument("--preset_rows", type=int, default=200_000)
+  args = ap.parse_args()
+  py = sys.executable
+  with tempfile.TemporaryDirectory() as d:
+    big_csv, big = os.path.join(d, "big.csv"), os.path.join(d, "big.jsonl")
+    small, capture = os.path.join(d, "small.jsonl"), os.path.join(d, "capture.jsonl")
+    make_input(big_csv, args.rows)
+    write_jsonl(big_csv, big, capture, args.preset_rows)
+    os.remove(big_csv)
+    with open(big) as f, open(small, "w") as w:
+      for _, line in zip(range(args.preset_rows), f):
+        w.write(line)
+    ingest = [py, "-m", "pipelines.ingest", "--schema", SCHEMA, "--num_shards", "0",
+              "--overwrite"]
+    t_ingest, m_ingest = measure(ingest + ["--input", big, "--output_dir",
+                                           os.path.join(d, "ingest")])
+    t_direct, m_direct = measure([py, "-c", DIRECT, big, os.path.join(d, "direct")])
+    t_plain, _ = measure(ingest + ["--input", small, "--output_dir", os.path.join(d, "plain")])
+    t_cap, _ = measure(ingest + ["--input", capture, "--preset", "sagemaker", "--output_dir",
+                                 os.path.join(d, "capture")])
+    print(f"rows: {args.rows} ({os.path.getsize(big) / 2**20:.0f} MiB of JSON Lines)")
+    print(f"(1) pipelines.ingest jsonl, DirectRunner, tfrecord+parquet: {t_ingest:7.1f} s  "
+          f"peak RSS {m_ingest:6.0f} MiB")
+    print(f"(2) direct pyarrow.json + tfx_bsl + TFRecordWriter:          {t_direct:7.1f} s  "
+          f"peak RSS {m_direct:6.0f} MiB")
+    print(f"ratio (1)/(2) = {t_ingest / t_direct:.2f}   (target <= 2.0)")
+    print(f"(3) pipelines.ingest, {args.preset_rows} records as SageMaker Data Capture: "
+          f"{t_cap:.1f} s vs {t_plain:.1f} s as plain JSON Lines; ratio {t_cap / t_plain:.2f}")
+
+
+if __name__ == "__main__":
+  main()
