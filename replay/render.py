@@ -72,6 +72,11 @@ def render_text(report):
                  f"tolerance, max |d| {_num(f.get('max_abs_delta'))})")
   else:
     out.append("features: no mismatches")
+  served = sorted((n, f) for n, f in report.get("features", {}).items()
+                  if f.get("served_mismatch", 0) or f.get("served_within_tolerance", 0))
+  for name, f in served:  # the serve stage: what the model received
+    out.append(f"served {_plain(name)}: {f.get('served_mismatch', 0)} records the model got "
+               f"another value for ({f.get('served_within_tolerance', 0)} within tolerance)")
   causes = report.get("suspected_causes", [])
   out.append("suspected causes:" if causes else "suspected causes: none")
   for c in causes[:TOP_CAUSES]:

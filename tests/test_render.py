@@ -285,3 +285,13 @@ def test_text_summary_caps_the_suspected_causes():
   assert [ln.split()[1] for ln in shown] == [f"f{i:02d}:" for i in range(render.TOP_CAUSES)]
   assert f"  ... {20 - render.TOP_CAUSES} more in the report" in lines
   assert render.render_html(report).count("<td>f1") == 10  # the page lists all of them
+
+
+def test_served_mismatches_are_named_in_the_text_summary():
+  report = build_report(n_features=2, divergent_by_stage={"serve": 6})
+  name = sorted(report["features"])[0]
+  report["features"][name].update(served_mismatch=6, served_within_tolerance=2)
+  text = render.render_text(report)
+  assert f"served {name}: 6 records the model got another value for (2 within tolerance)" in text
+  other = sorted(report["features"])[1]
+  assert f"served {other}:" not in text
