@@ -134,6 +134,15 @@ def suspected_causes(offline, production):
     _diff(out, ("parse",), f"schema.columns.{name}", cols[0].get(name), cols[1].get(name))
   _diff(out, ("window",), "schema.aggregates", offline["schema"].get("aggregates"),
         production["schema"].get("aggregates"))
+  ea, eb = offline.get("event_time") or {}, production.get("event_time") or {}
+  for field in sorted(set(ea) | set(eb)):
+    _diff(out, ("window",), f"event_time.{field}", ea.get(field), eb.get(field))
+  sa, sb = offline.get("source") or {}, production.get("source") or {}
+  _diff(out, ("raw",), "source.format", sa.get("format"), sb.get("format"))
+  side_a, side_b = sa.get("side_columns") or {}, sb.get("side_columns") or {}
+  for role, stage in (("aggregates", "window"), ("served", "serve")):
+    _diff(out, (stage,), f"source.side_columns.{role}", side_a.get(role) or {},
+          side_b.get(role) or {})
   va, vb = offline["versions"], production["versions"]
   for lib in sorted(set(va) | set(vb)):
     _diff(out, VERSION_STAGES.get(lib, STAGES), f"versions.{lib}", va.get(lib), vb.get(lib))

@@ -419,6 +419,21 @@ def test_causes_are_sorted_by_stage_then_field():
       ("transform", "transform_module")]
 
 
+def test_source_event_time_and_side_columns_are_causes_at_their_stages():
+  off = meta(source={"format": "csv"},
+             event_time={"column": "t", "format": "seconds", "zone": "UTC"})
+  prod = meta(source={"format": "jsonl", "side_columns": {"served": {"s": "fare_z"},
+                                                          "aggregates": {"n_online": "n"}}},
+              event_time={"column": "t", "format": "iso8601", "zone": "UTC"})
+  found = [(c["stage"], c["field"], c["offline"], c["production"])
+           for c in metadata.suspected_causes(off, prod)]
+  assert found == [("raw", "source.format", "csv", "jsonl"),
+                   ("window", "event_time.format", "seconds", "iso8601"),
+                   ("window", "source.side_columns.aggregates", {}, {"n_online": "n"}),
+                   ("serve", "source.side_columns.served", {}, {"s": "fare_z"})]
+  assert metadata.suspected_causes(off, off) == []
+
+
 def test_plan_buckets_and_compatibility():
   off = meta()
   prod = meta()
