@@ -84,7 +84,7 @@ from pipelines import features
 
 class CountOnly(beam.PTransform):
   """(staged, transformed, dropped batches) -> nothing: their rows counted, no log written."""
-  def __init__(self, *unused):
+  def __init__(self, *unused, **unused_options):
     super().__init__()
   def expand(self, pcolls):  # counted where produced: only the counts are flattened
     counts = [p | f"Rows{i}" >> beam.Map(lambda b: b.num_rows) for i, p in enumerate(pcolls)]

@@ -13,7 +13,7 @@ taxi sample into a temp folder (not timed). In one process, one after the other:
       (transforms/graph/feed.py) -- in calls of --transform_batch_size records, every output
       read back as numpy; records/s;
   (0f) the same layer through the feed the logger calls (transforms.graph.feed.
-      transform_values: Arrow columns to tensors, the call, outputs back to Python lists) on
+      transform_values: Arrow columns to tensors, the call, outputs back to Arrow arrays) on
       --batch_size records at a time: what the transform costs inside the logger;
   (1) the logger: log() once per record from this thread, then close() (which writes the last
       batch and merges the parts); records/s over the whole, each log() call's latency

@@ -238,9 +238,8 @@ class LogRows:
     # of the call. numpy's print options are a context variable, so this thread's only.
     with np.printoptions(threshold=1, edgeitems=1):
       outputs = transform_values(self._layer, decoded, self._value_columns, self._features,
-                                 self._transform_batch_size)
-    features = pa.table({f: pa.array(outputs[f], self._feature_types[f])
-                         for f in self._features})
+                                 self._transform_batch_size, self._feature_types)
+    features = pa.table({f: outputs[f] for f in self._features})
     fp_transform, fp_features = fingerprint.fingerprint_fields(
         features, TRANSFORM.fingerprint_fields(features=self._features))
     live_cols = {
