@@ -147,10 +147,14 @@ def _runs(good, bad):
 
 def _kinds(value, path, kinds):
   """Records the JSON kind at each path of value in `kinds`; False when value itself mixes
-  kinds at a path. Integers and floats are both numbers (Arrow reads them as doubles)."""
+  kinds at a path. Integers and floats are both numbers (Arrow reads them as doubles), but an
+  integer a double cannot hold exactly (beyond 2**53) is a kind of its own: it never shares a
+  run (an Arrow column) with floats."""
   if value is None:
     return True
   kind = "number" if type(value) in (int, float) else type(value).__name__
+  if type(value) is int and abs(value) > 2 ** 53:
+    kind = "wide_integer"
   if kinds.setdefault(path, kind) != kind:
     return False
   if kind == "dict":

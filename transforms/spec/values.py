@@ -159,10 +159,47 @@ def _mixed_binary(arr):
   return pa.array(out, pa.binary())
 
 
+# Number text that is already canonical: an integer within int64 without leading zeros, or a
+# decimal of at most 15 significant digits (at most 16 characters without the sign: its float64
+# prints back the same digits), no trailing zero, 1e-1 <= |x| < 1e9 (where the float text is
+# positional). Measured: the raw stage of a 1M-row taxi CSV spent 5.0 s in canonical text through
+# the general path, mostly regexes and casts over columns already canonical; 1.5 s with this.
+_CANONICAL_NUMBER = (r"^-?(0|[1-9][0-9]{0,17})$|^-?[1-9][0-9]{0,8}\.[0-9]*[1-9]$|"
+                     r"^-?0\.[1-9]([0-9]*[1-9])?$")
+_SIGNIFICANT = 16  # characters of a _CANONICAL_NUMBER decimal, sign excluded
+
+
+def _canonical_already(s):
+  """bool[n] Arrow array: which values of pa.string array `s` are canonical number text (null
+  values count as canonical: they stay null)."""
+  unsigned = pc.subtract(pc.utf8_length(s), pc.starts_with(s, "-").cast(pa.int32()))
+  integer = pc.match_substring_regex(s, _INTEGER)
+  ok = pc.and_(pc.match_substring_regex(s, _CANONICAL_NUMBER),
+               pc.or_(integer, pc.less_equal(unsigned, _SIGNIFICANT)))
+  return pc.fill_null(ok, True)
+
+
 def _canonical_strings(s):
-  """Canonical text of a pa.string array: JSON numbers and zoned ISO instants rewritten."""
+  """Canonical text of a pa.string array: JSON numbers and zoned ISO instants rewritten. Values
+  already canonical numbers are kept as they are; only the others take the general path."""
+  fast = _canonical_already(s)
+  minus_zero = pc.fill_null(pc.equal(s, "-0"), False)  # the one fast text not canonical
+  base = pc.if_else(minus_zero, "0", s) if pc.any(minus_zero).as_py() else s
+  if pc.all(fast).as_py():
+    return base
+  slow = pc.invert(fast)
+  if not pc.any(fast).as_py():
+    return _general_strings(s)
+  return pc.replace_with_mask(base, slow, _general_strings(s.filter(slow)))
+
+
+def _general_strings(s):
+  """Canonical text of a pa.string array by the general rules (numbers, instants, text)."""
   number = pc.fill_null(pc.match_substring_regex(s, NUMBER), False)
-  instant = pc.fill_null(pc.match_substring_regex(s, INSTANT), False)
+  # An instant holds a colon: the regex runs only where one is (a plain substring search).
+  instant = pc.fill_null(pc.and_(pc.match_substring(s, ":"),
+                                 pc.match_substring_regex(s, INSTANT)), False) \
+      if pc.any(pc.match_substring(s, ":")).as_py() else pa.array(np.zeros(len(s), bool))
   any_number, any_instant = pc.any(number).as_py(), pc.any(instant).as_py()
   if not any_number and not any_instant:
     return s
