@@ -74,9 +74,10 @@ def _bad_positions(arr, target):
       [mid + i for i in _bad_positions(arr.slice(mid), target)]
 
 
-def type_column(column, typ):
+def type_column(column, typ, canonical=None):
   """Types a column of any scalar Arrow type (CSV's UTF-8-validated binary, JSON, Parquet,
-  tf.Example values) to typ. Returns (typed array, bad row indices).
+  tf.Example values) to typ. Returns (typed array, bad row indices). canonical: the column's
+  values.canonical_text when the caller has it (the raw stage does), else computed here.
 
   INT and FLOAT are cast from the canonical text (spec/values.py), so every source types alike:
   "1.50", 1.5 and float32 1.5 are the FLOAT 1.5, and a zoned ISO-8601 instant is the INT of its
@@ -88,7 +89,7 @@ def type_column(column, typ):
     if not pa.types.is_string(text.type):
       text = text.cast(pa.string())  # CSV binary is UTF-8-validated by its reader
     return text, np.zeros(0, dtype=np.int64)
-  text = values.canonical_text(column)
+  text = values.canonical_text(column) if canonical is None else canonical
   if not pa.types.is_string(text.type):
     text = text.cast(pa.string())
   target = ARROW_TYPES[typ]

@@ -25,8 +25,10 @@ def type_batch(batch, columns, paths, required=(), side=()):
   """
   n = batch.num_rows
   typed, bad_by_column = [], []
+  # Each cell's canonical text (spec/values.py), once: the raw fingerprint and typing read it.
+  canonical = {name: values.canonical_text(batch.column(name)) for name, _ in columns}
   for name, typ in columns:
-    arr, bad = schema.type_column(batch.column(name), typ)
+    arr, bad = schema.type_column(batch.column(name), typ, canonical[name])
     typed.append(arr)
     bad_by_column.append((name, typ, bad))
   for name in required:
@@ -51,10 +53,9 @@ def type_batch(batch, columns, paths, required=(), side=()):
       rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py().rstrip(b"\r\n"),
                                    "; ".join(reasons[i])))
   keep = pa.array(~bad_rows)
-  # The raw-stage fingerprint: each cell's canonical text (spec/values.py), before typing.
+  # The raw-stage fingerprint: each cell's canonical text, before typing.
   names = [name for name, _ in columns if name not in side]
-  canonical = pa.RecordBatch.from_arrays([values.canonical_text(batch.column(n)) for n in names],
-                                         names=names)
+  canonical = pa.RecordBatch.from_arrays([canonical[n] for n in names], names=names)
   raw_fp = fingerprint.fingerprint_batch(canonical, fields=RAW.fingerprint_fields(columns=names))
   out = pa.RecordBatch.from_arrays(typed + [pa.array(raw_fp)],
                                    names=[name for name, _ in columns] + [RAW_FP])
