@@ -181,15 +181,17 @@ def _canonical_already(s):
 
 def _canonical_strings(s):
   """Canonical text of a pa.string array: JSON numbers and zoned ISO instants rewritten. Values
-  already canonical numbers are kept as they are; only the others take the general path."""
+  already canonical numbers, and text that starts with neither a digit nor "-" (so is neither
+  a number nor an instant), are kept as they are; only the others take the general path."""
+  candidate = pc.fill_null(pc.match_substring_regex(s, "^[-0-9]"), False)
+  if not pc.any(candidate).as_py():
+    return s
   fast = _canonical_already(s)
   minus_zero = pc.fill_null(pc.equal(s, "-0"), False)  # the one fast text not canonical
   base = pc.if_else(minus_zero, "0", s) if pc.any(minus_zero).as_py() else s
-  if pc.all(fast).as_py():
+  slow = pc.and_(candidate, pc.invert(fast))
+  if not pc.any(slow).as_py():
     return base
-  slow = pc.invert(fast)
-  if not pc.any(fast).as_py():
-    return _general_strings(s)
   return pc.replace_with_mask(base, slow, _general_strings(s.filter(slow)))
 
 
