@@ -12,8 +12,10 @@ taxi sample into a temp folder (not timed). In one process, one after the other:
       timed: the typed columns and counts, fed as the logger and the job feed TFT
       (transforms/graph/feed.py) -- in calls of --transform_batch_size records, every output
       read back as numpy; records/s;
-  (0f) the same layer through the feed the logger calls (transforms.graph.feed.
-      transform_values: Arrow columns to tensors, the call, outputs back to Arrow arrays) on
+  (0t) the same transform_fn finalized as tft_beam applies it (transforms.graph.feed.
+      transform_function: SavedModelLoader.finalize) on the same tensors: what the logger calls;
+  (0f) (0t) through the feed the logger calls (transforms.graph.feed.transform_values: Arrow
+      columns to tensors by TFXIO's TensorAdapter, the call, outputs back to Arrow arrays) on
       --batch_size records at a time: what the transform costs inside the logger;
   (1) the logger: log() once per record from this thread, then close() (which writes the last
       batch and merges the parts); records/s over the whole, each log() call's latency
@@ -79,12 +81,13 @@ def _records(offline, n, text):
 
 
 def _bare_transform(offline, records, aggs, batch_size, transform_batch_size):
-  """(records/s of the transform_fn's layer alone on prebuilt input tensors, records/s of
-  transform_values -- the feed and the layer -- on batch_size records at a time)."""
+  """(records/s of the transform_fn's layer alone on prebuilt input tensors, of the finalized
+  transform on them, of transform_values -- the feed and the finalized transform -- on
+  batch_size records at a time)."""
   import pyarrow as pa
   import tensorflow as tf
   import tensorflow_transform as tft
-  from transforms.graph.feed import to_tft_batch, transform_values
+  from transforms.graph.feed import to_tft_batch, transform_function, transform_values
   from transforms.spec import typing as cells
   with open(os.path.join(offline, "run_metadata.json"), encoding="utf-8") as f:
     meta = json.load(f)
@@ -113,26 +116,31 @@ def _bare_transform(offline, records, aggs, batch_size, transform_batch_size):
     calls.append(inputs)
   layer = tft.TFTransformOutput(os.path.join(offline, "transform_fn")).transform_features_layer()
 
-  def run(inputs):
-    out = layer.call(inputs)
+  def run(call, inputs):
+    out = call(inputs)
     for t in out.values():
       (t.values if isinstance(t, tf.SparseTensor) else t).numpy()
 
-  run(calls[0])  # warm-up
-  start = time.perf_counter()
-  for inputs in calls:
-    run(inputs)
-  bare = n / (time.perf_counter() - start)
-  # (0f): the same layer through the feed the logger calls, on the logger's batches.
+  def rate(call):
+    run(call, calls[0])  # warm-up
+    start = time.perf_counter()
+    for inputs in calls:
+      run(call, inputs)
+    return n / (time.perf_counter() - start)
+
+  bare = rate(layer.call)
+  transform, spec = transform_function(os.path.join(offline, "transform_fn"), names)
+  features = sorted(spec)
+  finalized = rate(transform)
+  # (0f): the finalized transform through the feed the logger calls, on the logger's batches.
   source = pa.record_batch(arrays, names=names)
-  features = sorted(tft.TFTransformOutput(os.path.join(offline, "transform_fn"))
-                    .transformed_feature_spec())
-  transform_values(layer, source.slice(0, batch_size), names, features, transform_batch_size)
+  transform_values(transform, source.slice(0, batch_size), names, features,
+                   transform_batch_size)
   start = time.perf_counter()
   for lo in range(0, n, batch_size):
-    transform_values(layer, source.slice(lo, batch_size), names, features,
+    transform_values(transform, source.slice(lo, batch_size), names, features,
                      transform_batch_size)
-  return bare, n / (time.perf_counter() - start)
+  return bare, finalized, n / (time.perf_counter() - start)
 
 
 def _logger(offline, log_dir, records, aggs, options):
@@ -169,7 +177,7 @@ def main(argv=None):
                "transform_batch_size": args.transform_batch_size}
     _logger(offline, os.path.join(work, "warm"), records[:args.batch_size],
             aggs[:args.batch_size], options)
-    bare, fed = _bare_transform(offline, records, aggs, args.batch_size,
+    bare, finalized, fed = _bare_transform(offline, records, aggs, args.batch_size,
                                 args.transform_batch_size)
     rate, latencies, closing, stats = _logger(offline, os.path.join(work, "log"), records,
                                               aggs, options)
@@ -181,6 +189,8 @@ def main(argv=None):
         f"batch_size {args.batch_size}, transform_batch_size {args.transform_batch_size}, "
         f"load average {os.getloadavg()[0]:.2f}")
   print(f"(0) bare transform:     {bare:10,.0f} records/s")
+  print(f"(0t) finalized:         {finalized:10,.0f} records/s (transform_function, as tft_beam "
+        "applies a transform_fn)")
   print(f"(0f) transform + feed:  {fed:10,.0f} records/s (transform_values, batches of "
         f"{args.batch_size})")
   print(f"(1) ProductionLogger:   {rate:10,.0f} records/s (close() {closing:.2f} s, "

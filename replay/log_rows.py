@@ -3,7 +3,7 @@
 replay.logger.ProductionLogger owns the threads, part files and run metadata; this class owns
 what a record must be to be accepted (accept: its columns, value types and aggregates, checked
 on the caller's thread) and what turns one batch of accepted records (record, aggregates,
-watermark) into log rows (rows: an Arrow table). The raw / parse / key / window / sampling /
+served values, watermark) into log rows (rows: an Arrow table). The raw / parse / key / window / sampling /
 shard / serialize / transform stages each apply the rule objects and functions of
 transforms/spec (and the TFT feed of transforms/graph) that pipelines.features applies, to
 Arrow columns: the cells' values are typed by spec/typing.py (values.canonical_text and
@@ -67,8 +67,9 @@ class LogRows:
 
   columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event: the feature
   module's event-time declaration (column, format, zone) (spec/event_time.py); aggregates: the
-  windowed aggregate names; profile: a transforms.spec.profile Profile; layer: the
-  transform_fn's tft transform_features_layer(); feature_spec: its transformed_feature_spec();
+  windowed aggregate names; profile: a transforms.spec.profile Profile; transform: the
+  transform_fn as transforms.graph.feed.transform_function gives it, finalized for the value
+  columns (value_columns(columns, aggregates)); feature_spec: its transformed_feature_spec();
   transform_batch_size: records per TFT call; pii_columns, secret: log columns written as
   pii_hash(value, secret) (parse reasons then leave out the cell text); empty_is_null: "" and
   b"" read as null, as the CSV reader reads an empty cell. `schema` is the log's Arrow schema.
@@ -78,8 +79,9 @@ class LogRows:
   `dropped` ({stage: {reason code: records}}; a record counts once, under its first reason).
   """
 
-  def __init__(self, columns, key_columns, event, aggregates, profile, layer, feature_spec,
-               transform_batch_size, pii_columns=(), secret=None, empty_is_null=True):
+  def __init__(self, columns, key_columns, event, aggregates, profile, transform, feature_spec,
+               transform_batch_size, pii_columns=(), secret=None, empty_is_null=True,
+               served=()):
     self._columns = [(n, t) for n, t in columns]
     self._names = [n for n, _ in self._columns]
     self._name_set = frozenset(self._names)
@@ -88,12 +90,17 @@ class LogRows:
     self._aggregates = list(aggregates)
     self._aggregate_set = frozenset(self._aggregates)
     self._value_columns = value_columns(self._names, self._aggregates)
-    self._profile, self._layer, self._empty_is_null = profile, layer, empty_is_null
+    self._profile, self._transform, self._empty_is_null = profile, transform, empty_is_null
     self._pii, self._secret = sorted(pii_columns), secret
     unknown = [c for c in self._pii if c != log.KEY and c not in feature_spec]
     if unknown:
       raise UsageError(f"pii_columns {', '.join(unknown)}: not a log column (the key or "
                        "a transformed feature)")
+    self._served = sorted(served)
+    several = [f for f in self._served if f not in feature_spec or feature_spec[f].shape]
+    if several:
+      raise UsageError(f"served {', '.join(several)}: not a one-value transformed feature of "
+                       f"the transform_fn ({', '.join(sorted(feature_spec))})")
     self._features, self._feature_types = sorted(feature_spec), {}
     clear, fields = list(log.HEAD), list(log.HEAD)
     for f in self._features:  # a one-value feature is logged as a scalar, as the job's log is
@@ -101,18 +108,22 @@ class LogRows:
                                                                pa.large_binary())
       typ = typ if list(feature_spec[f].shape) == [] else pa.large_list(typ)
       self._feature_types[f] = typ
-      clear += [(log.feature_fp_column(f), pa.uint64()), (log.value_column(f), typ)]
-      fields += [clear[-2], (clear[-1][0], pa.string() if f in self._pii else typ)]
+      own = [(log.value_column(f), typ)] + ([(log.served_column(f), typ)]
+                                            if f in self._served else [])
+      clear += [(log.feature_fp_column(f), pa.uint64())] + own
+      fields += [clear[-1 - len(own)]] + [(c, pa.string() if f in self._pii else t)
+                                          for c, t in own]
     self._clear, self.schema = pa.schema(clear), pa.schema(fields)
     self._transform_batch_size = transform_batch_size
     self.ordinals, self.content, self.sampled_out = {}, fingerprint.empty_digest(), 0
     self.dropped = {}
 
   # ------------------------------------------------------------------ on the caller's thread
-  def accept(self, record, aggregates):
-    """(a copy of the record, its aggregate values in declaration order); RecordError when a
-    column is not in the schema, a value is not a scalar, or the aggregates are not exactly
-    the module's (each an integer)."""
+  def accept(self, record, aggregates, served=None):
+    """(a copy of the record, its aggregate values in declaration order, its served values in
+    the order of the served features (None: not logged)); RecordError when a column is not in
+    the schema, a value is not a scalar, the aggregates are not exactly the module's (each an
+    integer) or a served value names another feature or is not of its feature's kind."""
     if not isinstance(record, dict):
       raise RecordError(f"a record is a dict column -> value, got {type(record).__name__}")
     unknown = record.keys() - self._name_set
@@ -125,7 +136,22 @@ class LogRows:
       except cells.ScalarTypeError as e:
         name = next(n for n, v in record.items() if type(v) is typ)
         raise RecordError(f"column {name!r}: {e}") from None
-    return dict(record), self._accept_aggregates(aggregates)
+    return dict(record), self._accept_aggregates(aggregates), self._accept_served(served)
+
+  def _accept_served(self, served):
+    if not served:
+      return (None,) * len(self._served)
+    if not isinstance(served, dict) or served.keys() - set(self._served):
+      what = sorted(served.keys() - set(self._served)) if isinstance(served, dict) else served
+      raise RecordError(f"served: {what!r} not among the served features "
+                        f"({', '.join(self._served) or 'none declared'})")
+    for f, v in served.items():
+      binary = pa.types.is_large_binary(self._feature_types[f])
+      kind = (str, bytes) if binary else (int, float, np.integer, np.floating)
+      if v is not None and (not isinstance(v, kind) or isinstance(v, (bool, np.bool_))):
+        raise RecordError(f"served {f!r}: {'text' if binary else 'a number'} expected, "
+                          f"got {v!r}")
+    return tuple(served.get(f) for f in self._served)
 
   def _accept_aggregates(self, aggregates):
     if not self._aggregates:
@@ -163,7 +189,7 @@ class LogRows:
 
   def rows(self, items):
     """The log rows (an Arrow table of the log schema, arrival order; sampled-out records left
-    out) of a batch of accepted records (record, aggregates, watermark)."""
+    out) of a batch of accepted records (record, aggregates, served, watermark)."""
     n = len(items)
     fp_raw, typed, bad = self._parse([it[0] for it in items])
     ok = np.ones(n, dtype=bool)
@@ -175,7 +201,7 @@ class LogRows:
     keys = self._keys(typed, ok, fp_parse, fp_raw)
     seconds, has, _ = event_time.to_seconds(typed.column(self._event), self._event_format,
                                             self._event_zone)
-    start, end, windowed, late = self._window(typed, ok, [it[2] for it in items])
+    start, end, windowed, late = self._window(typed, ok, [it[3] for it in items])
     stage, reason = [None] * n, [None] * n
     for i, why in bad.items():
       stage[i], reason[i] = PARSE.name, "; ".join(text for _, text in why)
@@ -197,7 +223,8 @@ class LogRows:
             log.fp_column(RAW.name): pa.array(fp_raw[out]),
             log.fp_column(PARSE.name): pa.array(fp_parse[out], mask=~ok[out])}
     cols.update(self._live_columns(items, typed, keys, live, start, end, out))
-    for name in [log.KEY if c == log.KEY else log.value_column(c) for c in self._pii]:
+    for name in [n for c in self._pii for n in ([log.KEY] if c == log.KEY else [
+        log.value_column(c)] + [log.served_column(c)] * (c in self._served))]:
       cols[name] = pa.array([None if v is None else pii_hash(v, self._secret)
                              for v in cols[name].to_pylist()], pa.string())
     return pa.Table.from_arrays([cols[f.name] for f in self.schema], schema=self.schema)
@@ -215,12 +242,10 @@ class LogRows:
     absent = source < 0
     take = pa.array(np.where(absent, 0, source), mask=absent)
     fields = {f.name: f.type for f in self._clear}
-    if not len(live):
-      return {name: pa.nulls(len(out), fields[name]) for name in
-              [log.WINDOW_START, log.WINDOW_END, log.SHARD_ID] +
-              [log.fp_column(s.name) for s in (WINDOW, SHARD, SERIALIZE, TRANSFORM, SERVE)] +
-              [c for f in self._features for c in (log.feature_fp_column(f),
-                                                   log.value_column(f))]}
+    if not len(live):  # all but the head columns rows() fills itself
+      return {name: pa.nulls(len(out), typ) for name, typ in fields.items() if name not in (
+          log.KEY, log.EVENT_TIME, log.DROPPED_STAGE, log.DROP_REASON,
+          log.fp_column(RAW.name), log.fp_column(PARSE.name))}
     rows = pa.array(live)
     aggregates = {name: pa.array([items[i][1][j] for i in live], pa.int64())
                   for j, name in enumerate(self._aggregates)}
@@ -233,12 +258,8 @@ class LogRows:
     bounds = pa.table({WINDOW_START: start[live], WINDOW_END: end[live], **aggregates})
     live_keys = keys.take(rows)
     shards = shard_ids(live_keys, self._profile)
-    # TF binds the inputs to the layer's structured signature first, fails, and formats them
-    # into the error message before it takes the flat one: numpy's repr of every input, a third
-    # of the call. numpy's print options are a context variable, so this thread's only.
-    with np.printoptions(threshold=1, edgeitems=1):
-      outputs = transform_values(self._layer, decoded, self._value_columns, self._features,
-                                 self._transform_batch_size, self._feature_types)
+    outputs = transform_values(self._transform, decoded, self._value_columns, self._features,
+                               self._transform_batch_size, self._feature_types)
     features = pa.table({f: outputs[f] for f in self._features})
     fp_transform, fp_features = fingerprint.fingerprint_fields(
         features, TRANSFORM.fingerprint_fields(features=self._features))
@@ -254,8 +275,14 @@ class LogRows:
             decoded, SERIALIZE.fingerprint_fields(columns=self._names,
                                                   aggregates=self._aggregates)),
         log.fp_column(TRANSFORM.name): fp_transform,
-        # No served value is logged through the logger: the model got the transform's values.
         log.fp_column(SERVE.name): fp_transform}
+    if self._served:  # what the model got: the served value where serving logged one
+      served = {f: log.cast_served(pa.array([items[i][2][j] for i in live]),
+                                   self._feature_types[f]) for j, f in enumerate(self._served)}
+      live_cols[log.fp_column(SERVE.name)] = fingerprint.fingerprint_fields(
+          log.model_inputs(features, served), SERVE.fingerprint_fields(
+              features=self._features))[0]
+      live_cols.update((log.served_column(f), a) for f, a in served.items())
     for f in self._features:
       live_cols[log.feature_fp_column(f)] = fp_features[f]
       live_cols[log.value_column(f)] = features.column(f).combine_chunks()

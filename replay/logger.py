@@ -24,12 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from replay import log_files
 from replay.log_rows import LogRows, RecordError, pii_hash, watermark_seconds
-from transforms.graph import analyze
+from transforms.graph import analyze, feed
 from transforms.spec import event_time, feature_log, fingerprint, run_metadata, schema
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
-from transforms.spec.stages import FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM
+from transforms.spec.stages import (FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM,
+                                    value_columns)
 
 __all__ = ["ProductionLogger", "RecordError", "pii_hash", "RUNNER", "DROPPED_BY_REASON"]
 
@@ -47,16 +49,6 @@ _IO_THREADS = 4  # part files written and fsynced side by side
 _BUCKET = "bucket"  # a batch's bucket column while it is split into parts (never written)
 
 
-def _stage_file(path, data):
-  """Writes and fsyncs path + '.tmp'; returns that name (publish with os.replace)."""
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  return tmp
-
-
 class ProductionLogger:
   """Logs serving records as feature-log rows (see the module docstring).
 
@@ -68,7 +60,9 @@ class ProductionLogger:
   transformed feature names) written as pii_hash(value, key) with the HMAC key read from the
   environment variable named pii_key_env; max_pending_batches: full batches that may wait for
   the worker before log() blocks; compact_on_close: merge each bucket's parts on close();
-  empty_text_is_null: "" and b"" are null, as in a CSV (False: text, as a JSON source has it).
+  empty_text_is_null: "" and b"" are null, as in a CSV (False: text, as a JSON source has it);
+  served_features: the one-value transformed features whose served values (what serving fed
+  the model) the caller passes to log(): logged as served__F, compared at the serve stage.
   """
 
   def __init__(self, transform_fn_dir, profile, log_dir, columns, key_columns,
@@ -76,7 +70,7 @@ class ProductionLogger:
                event_time_zone=event_time.DEFAULT_ZONE, transform_module="", source="serving",
                num_buckets=16, batch_size=1024, transform_batch_size=2048,
                max_pending_batches=4, compact_on_close=True, empty_text_is_null=True,
-               pii_columns=(), pii_key_env=None, compression="snappy"):
+               pii_columns=(), pii_key_env=None, compression="snappy", served_features=()):
     if isinstance(profile, str):
       try:
         with open(profile, encoding="utf-8") as f:
@@ -107,12 +101,11 @@ class ProductionLogger:
         raise UsageError(f"pii_columns need an HMAC key: environment variable "
                          f"{pii_key_env!r} is not set")
       self._secret = os.environ[pii_key_env].encode("utf-8")
-    import tensorflow_transform as tft
-    tft_output = tft.TFTransformOutput(transform_fn_dir)
+    transform, spec = feed.transform_function(transform_fn_dir,
+                                              value_columns(names, self._aggregates))
     self._rules = LogRows(self._columns, self._key_columns, event, self._aggregates, profile,
-                          tft_output.transform_features_layer(),
-                          tft_output.transformed_feature_spec(), transform_batch_size,
-                          self._pii, self._secret, empty_text_is_null)
+                          transform, spec, transform_batch_size,
+                          self._pii, self._secret, empty_text_is_null, served_features)
     self._schema = self._rules.schema
     self._transform_module = transform_module
     self._versions = run_metadata.versions()
@@ -165,21 +158,25 @@ class ProductionLogger:
                transform_module=meta["transform_module"], **options)
 
   # ------------------------------------------------------------------ public surface
-  def log(self, record, aggregates=None, watermark=None):
+  def log(self, record, aggregates=None, watermark=None, served=None):
     """Accepts one record: {column: value} (str, bytes, int, float, bool, datetime, date,
     Decimal, a numpy scalar or None; "" is null, as in a CSV); aggregates: {name: int} holding
     exactly the module's windowed aggregates; watermark: Unix seconds (or an aware datetime),
-    None: nothing is late. RecordError (a ValueError) for a record or aggregates it refuses."""
-    self._submit([(*self._rules.accept(record, aggregates), watermark_seconds(watermark))])
+    None: nothing is late; served: {feature: value serving fed the model} among
+    served_features (a feature left out: the model got the transform's value). RecordError (a
+    ValueError) for a record, aggregates or served values it refuses."""
+    self._submit([(*self._rules.accept(record, aggregates, served),
+                   watermark_seconds(watermark))])
 
-  def log_batch(self, records, aggregates=None, watermark=None):
-    """Accepts several records; aggregates: one {name: int} per record (None: for a module
-    without windowed aggregates)."""
-    aggregates = [None] * len(records) if aggregates is None else list(aggregates)
-    if len(aggregates) != len(records):
-      raise UsageError("log_batch: one aggregates mapping per record")
+  def log_batch(self, records, aggregates=None, watermark=None, served=None):
+    """Accepts several records; aggregates, served: one mapping per record (None: none)."""
+    per = {"aggregates": aggregates, "served": served}
+    per = {k: [None] * len(records) if v is None else list(v) for k, v in per.items()}
+    if any(len(v) != len(records) for v in per.values()):
+      raise UsageError("log_batch: one aggregates and one served mapping per record")
     mark = watermark_seconds(watermark)
-    self._submit([(*self._rules.accept(r, a), mark) for r, a in zip(records, aggregates)])
+    self._submit([(*self._rules.accept(r, a, s), mark)
+                  for r, a, s in zip(records, per["aggregates"], per["served"])])
 
   def drain(self):
     """Returns once every full batch handed to the worker so far is written (the open batch
@@ -230,7 +227,6 @@ class ProductionLogger:
 
   def __exit__(self, *exc):
     self.close()
-    return False
 
   # ------------------------------------------------------------------ threads
   def _submit(self, items):
@@ -287,10 +283,7 @@ class ProductionLogger:
   # ------------------------------------------------------------------ files
   def _part_bytes(self, table):
     """A part's Parquet bytes (its rows already in _ORDER)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression=self._compression,
-                   use_dictionary=feature_log.dictionary_columns(table.schema.names))
-    return sink.getvalue().to_pybytes()
+    return log_files.parquet_bytes(table, self._compression)
 
   def _write_batch(self, items):
     """Processes a batch, writes its parts (one per bucket), then the run metadata."""
@@ -332,7 +325,7 @@ class ProductionLogger:
     """{path: temp name} of files {path: bytes} written and fsynced side by side (fsync waits
     for the disk, not the CPU: the journal commits them together)."""
     paths = list(files)
-    tmps = self._io.map(lambda p: _stage_file(os.path.join(self._log_dir, p), files[p]), paths)
+    tmps = self._io.map(lambda p: log_files.stage_file(os.path.join(self._log_dir, p), files[p]), paths)
     return dict(zip(paths, tmps))
 
   def _compact_parts(self):
@@ -359,7 +352,7 @@ class ProductionLogger:
 
   def _save_metadata(self):
     path = os.path.join(self._log_dir, run_metadata.FILE)  # temp name, fsync, rename
-    os.replace(_stage_file(path, run_metadata.dump(self._metadata())), path)
+    os.replace(log_files.stage_file(path, run_metadata.dump(self._metadata())), path)
 
   def _metadata(self):
     n = self._num_buckets

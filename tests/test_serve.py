@@ -170,3 +170,49 @@ def test_a_logged_aggregate_the_module_does_not_compute_is_a_usage_error(offline
     job.run(["--input_dir", data, "--output_dir", str(tmp_path / "f"), "--profile",
              os.path.join(os.path.dirname(TAXI_SCHEMA), "..", "..", "profiles",
                           "offline.yaml")])
+
+
+def _logged(offline_dir, log_dir, records, served):
+  """The records logged by replay.logger with their windowed counts and served fare_z."""
+  from replay.logger import ProductionLogger
+  with ProductionLogger.from_features_dir(offline_dir, str(log_dir), batch_size=4096,
+                                         served_features=[FEATURE]) as logger:
+    for r in records:
+      logger.log(r["record"], {AGGREGATE: r["count"]}, served={FEATURE: served(r)})
+  return str(log_dir)
+
+
+def test_the_logger_logs_served_values_and_a_reimplementation_shows_at_serve(
+    offline, taxi_features, tmp_path):
+  exact = _logged(taxi_features["direct"], tmp_path / "exact", offline, lambda r: r["fare_z"])
+  code, report = _diff(taxi_features["direct"], exact, tmp_path / "d_exact")
+  assert code == 0 and report["records"]["divergent"] == 0
+  assert report["stages"]["serve"] == {"match": len(offline), "mismatch": 0}
+  assert "served__" + FEATURE in pq.read_schema(
+      glob.glob(os.path.join(exact, "feature_log", "*.parquet"))[0]).names
+  clipped = sum(1 for r in offline if r["fare_z"] is not None and r["fare_z"] > CLIP)
+  assert clipped
+  clip = _logged(taxi_features["direct"], tmp_path / "clip", offline,
+                 lambda r: r["fare_z"] if r["fare_z"] is None else min(r["fare_z"], CLIP))
+  code, report = _diff(taxi_features["direct"], clip, tmp_path / "d_clip")
+  assert code == 1
+  assert {s: n for s, n in report["first_divergent_stage"].items() if n} == {"serve": clipped}
+  assert report["records"]["divergent"] == clipped
+
+
+@pytest.mark.parametrize("served,message", [
+    ({"nope": 1.0}, "served: ['nope'] not among the served features (fare_z)"),
+    ({FEATURE: "high"}, "served 'fare_z': a number expected, got 'high'"),
+    ({FEATURE: True}, "served 'fare_z': a number expected, got True")])
+def test_the_logger_refuses_served_values_it_cannot_compare(offline, taxi_features, tmp_path,
+                                                           served, message):
+  from replay.logger import ProductionLogger
+  r = offline[0]
+  with ProductionLogger.from_features_dir(taxi_features["direct"], str(tmp_path),
+                                         served_features=[FEATURE]) as logger:
+    with pytest.raises(ValueError) as e:
+      logger.log(r["record"], {AGGREGATE: r["count"]}, served=served)
+    assert str(e.value) == message
+  with pytest.raises(common.UsageError, match="served nope: not a one-value transformed"):
+    ProductionLogger.from_features_dir(taxi_features["direct"], str(tmp_path / "x"),
+                                       served_features=["nope"])

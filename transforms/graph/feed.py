@@ -11,7 +11,8 @@ import pyarrow as pa
 from transforms.spec.stages import PASSTHROUGH
 
 __all__ = ["to_tft_batch", "passthrough_keys", "from_tft", "transform_values", "feed_dtype",
-           "transform_fn_inputs", "input_mismatch", "check_transform_fn", "tensor_adapter_config"]
+           "transform_fn_inputs", "input_mismatch", "check_transform_fn", "tensor_adapter_config",
+           "transform_function"]
 
 
 def _one_value_lists(arr):
@@ -123,12 +124,12 @@ def check_transform_fn(transform_fn_dir, arrow_types=None):
 
 def tensor_adapter_config(arrow_schema, feature_columns):
   """The TFXIO TensorAdapterConfig of to_tft_batch batches (schema `arrow_schema`): one VarLen
-  sparse tensor per feature column, as TFXIO gives a one-value TFMD feature. (tfx_bsl imports
-  Beam and TensorFlow: imported here, not at the top.)"""
+  sparse tensor per feature column, as TFXIO gives a one-value TFMD feature. (tfx_bsl's
+  tensor_adapter imports TensorFlow, not Beam: imported here, not at the top.)"""
   from tensorflow_metadata.proto.v0 import schema_pb2
-  from tfx_bsl.public import tfxio
+  from tfx_bsl.tfxio import tensor_adapter
   varlen = schema_pb2.TensorRepresentation.VarLenSparseTensor
-  return tfxio.TensorAdapterConfig(arrow_schema, {
+  return tensor_adapter.TensorAdapterConfig(arrow_schema, {
       name: schema_pb2.TensorRepresentation(varlen_sparse_tensor=varlen(column_name=name))
       for name in feature_columns})
 
@@ -151,33 +152,36 @@ def from_tft(element):
   return batch
 
 
-def transform_values(layer, batch, value_columns, features, batch_size, types=None):
-  """{feature: Arrow array of per-record values}: `batch`'s value columns through a
-  transform_fn's transform_features_layer(), fed as the pipeline feeds TFT (to_tft_batch:
-  one-value VarLen sparse features, strings as bytes, the transform_fn's int64 / float64 /
-  string inputs), `batch_size` records per call; a rank-1 output gives scalars, others lists.
-  types: {feature: its Arrow type} (default: inferred). Tensors go to and from numpy and Arrow
-  buffers, never through Python lists (numpy -> Arrow: 7x the layer's own time was lists)."""
-  import tensorflow as tf
+def transform_function(transform_fn_dir, input_names):
+  """(transform, feature_spec): the transform function of a TFT output folder as tft_beam
+  applies it (impl.py's _GraphStateV2: a SavedModelLoader finalized for exactly these inputs and
+  every output), a callable {input: tensor} -> {feature: tensor}; feature_spec: its
+  transformed_feature_spec() ({feature: tf.io feature spec}).
+  Twice the records/s of transform_features_layer() on the same tensors (bench/logger.py): the
+  layer calls the loaded function with flat arguments, which TF first tries to bind to its
+  structured signature and formats into an error message."""
+  import tensorflow_transform as tft
+  from tensorflow_transform.saved import saved_transform_io_v2
+  output = tft.TFTransformOutput(transform_fn_dir)
+  loader = saved_transform_io_v2.SavedModelLoader(output.transform_savedmodel_dir)
+  loader.finalize(list(input_names), sorted(loader.structured_outputs))
+  return loader.apply_transform_model, output.transformed_feature_spec()
+
+
+def transform_values(transform, batch, value_columns, features, batch_size, types=None):
+  """{feature: Arrow array of per-record values}: `batch`'s value columns through `transform`
+  (transform_function's), fed as the pipeline feeds TFT -- to_tft_batch, then TFXIO's
+  TensorAdapter (one-value VarLen sparse features, strings as bytes), as tft_beam converts its
+  RecordBatches -- `batch_size` records per call; a rank-1 output gives scalars, others lists.
+  types: {feature: its Arrow type} (default: inferred). Outputs go to Arrow through numpy
+  buffers, never through Python lists (7x the transform's own time was lists)."""
+  from tfx_bsl.tfxio import tensor_adapter
   tft_batch = to_tft_batch(batch, value_columns)
+  adapter = tensor_adapter.TensorAdapter(tensor_adapter_config(tft_batch.schema, value_columns))
   types = types or {}
   out = {f: [] for f in features}
   for lo in range(0, batch.num_rows, batch_size):
-    chunk, inputs = tft_batch.slice(lo, batch_size), {}
-    for name in value_columns:
-      arr = chunk.column(name)
-      rows = np.flatnonzero(arr.is_valid().to_numpy(zero_copy_only=False))
-      flat = arr.flatten()
-      if pa.types.is_integer(flat.type) or pa.types.is_floating(flat.type):
-        dtype = tf.as_dtype(feed_dtype(flat.type))
-        values = flat.to_numpy(zero_copy_only=False).astype(dtype.as_numpy_dtype)
-      else:
-        dtype, values = tf.string, flat.to_numpy(zero_copy_only=False)
-      inputs[name] = tf.SparseTensor(np.stack([rows, np.zeros_like(rows)], axis=1),
-                                     tf.constant(values, dtype=dtype), [len(arr), 1])
-    # layer.call, not layer(...): Keras' __call__ autocasts float64 inputs to float32, which
-    # a transform_fn analysed over float64 columns (as pipelines.features feeds them) refuses.
-    result = layer.call(inputs)
+    result = transform(adapter.ToBatchTensors(tft_batch.slice(lo, batch_size)))
     for f in features:
       out[f].append(_to_arrow(result[f], types.get(f)))
   return {f: pa.concat_arrays(chunks) if chunks else pa.array([], types.get(f))

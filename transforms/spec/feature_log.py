@@ -27,7 +27,7 @@ from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
 __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
            "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON", "HEAD",
            "STAGE_COLUMNS", "fp_column", "value_column", "served_column", "feature_fp_column",
-           "feature_of", "is_served_column", "served_of", "model_inputs",
+           "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
            "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
            "log_hash", "bucket_of", "buckets_of", "bucket_path", "bucket_glob", "part_path",
            "is_part_file", "transformed_path", "passthrough_columns", "passthrough_types",
@@ -63,6 +63,15 @@ def is_served_column(name):
 def served_of(names):
   """The sorted features a log's column names hold served values of."""
   return sorted(name[len(_SERVED):] for name in names if is_served_column(name))
+
+
+def cast_served(column, value_type):
+  """Served values in the type of the transformed feature they stand for (what the model got is
+  compared as the model takes it: a float64 logged value as the float32 it was fed); None when
+  the feature holds several values per record (only one-value features can be served)."""
+  if pa.types.is_list(value_type) or pa.types.is_large_list(value_type):
+    return None
+  return column.cast(value_type, safe=False)
 
 
 def model_inputs(values, served):

@@ -36,7 +36,7 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
                                          EVENT_TIME, HEAD, KEY as LOG_KEY, SHARD_ID as LOG_SHARD_ID,
                                          STAGE_COLUMNS, WINDOW_END as LOG_WINDOW_END,
                                          WINDOW_START as LOG_WINDOW_START, bucket_path,
-                                         buckets_of, dictionary_columns, fp_column,
+                                         buckets_of, cast_served, dictionary_columns, fp_column,
                                          feature_fp_column, log_hash, model_inputs,
                                          passthrough_columns, served_column, served_of,
                                          stage_digests, transformed_path, value_column)
@@ -286,12 +286,12 @@ def _served_values(column, values, feature, bucket):
   if feature not in values.schema.names:
     raise ValueError(f"bucket {bucket}: served values name feature {feature!r}, which the "
                      f"transform does not output ({', '.join(values.schema.names)})")
-  typ = values.schema.field(feature).type
-  if not _is_flat(typ):
+  column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+  cast = cast_served(column, values.schema.field(feature).type)
+  if cast is None:
     raise ValueError(f"served feature {feature!r} has several values per record; only "
                      "one-value features can be served")
-  column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-  return column.cast(typ, safe=False)
+  return cast
 
 
 def merge_bucket(temp_dir, num_buckets, bucket, paths):
