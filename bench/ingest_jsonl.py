@@ -9,12 +9,16 @@ strings, null). (1) is pipelines.ingest on DirectRunner writing TFRecord + Parqu
 TFMD schema; (2) the baseline: pyarrow.json.open_json in 8 MiB blocks, Parquet writer, tfx_bsl's
 RecordBatchToExamplesEncoder and TFRecordWriter, in one process. A SageMaker Data Capture copy
 of the first --preset_rows records (JSON payloads of 10 instances) is ingested too, against the
-plain log of the same records. Each contender runs in its own process; ratios are printed.
+plain log of the same records; and the same --preset_rows records as TF Serving request logs
+(TFRecord of PredictionLogs, a predict request of 10 serialized tf.Examples each, --preset
+tf_serving) against a plain tf.Example TFRecord of the same examples. Each contender runs in its
+own process; ratios are printed.
 """
 import argparse
 import csv
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -43,6 +47,35 @@ with tf.io.TFRecordWriter(out + ".tfrecord") as w:
     for ex in enc.encode(pa.RecordBatch.from_arrays(cols, names=batch.schema.names)):
       w.write(ex)
 pw.close()
+'''
+
+
+# The first records of a JSON Lines file as tf.Examples (tfx_bsl's encoder), written plain and
+# as TF Serving PredictionLogs of `per` examples (not timed).
+TF_SERVING = r'''
+import sys, pyarrow as pa, pyarrow.json as pajson, tensorflow as tf
+from tensorflow_serving.apis import prediction_log_pb2
+from tfx_bsl.coders import example_coder
+src, plain, logs, per = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+table = pajson.read_json(src)
+cols = []
+for c in table.columns:
+  c = c.combine_chunks()
+  if pa.types.is_floating(c.type): c = c.cast(pa.float32())
+  if pa.types.is_string(c.type): c = c.cast(pa.binary())
+  cols.append(pa.ListArray.from_arrays(pa.array(range(len(c) + 1), pa.int32()), c,
+                                       mask=c.is_null()))
+examples = example_coder.RecordBatchToExamplesEncoder().encode(
+    pa.RecordBatch.from_arrays(cols, names=table.schema.names))
+with tf.io.TFRecordWriter(plain) as w, tf.io.TFRecordWriter(logs) as l:
+  for ex in examples:
+    w.write(ex)
+  for lo in range(0, len(examples), per):
+    log = prediction_log_pb2.PredictionLog()
+    tensor = log.predict_log.request.inputs["examples"]
+    tensor.dtype = 7  # DT_STRING
+    tensor.string_val.extend(examples[lo:lo + per])
+    l.write(log.SerializeToString())
 '''
 
 
@@ -105,6 +138,13 @@ def main():
     t_plain, _ = measure(ingest + ["--input", small, "--output_dir", os.path.join(d, "plain")])
     t_cap, _ = measure(ingest + ["--input", capture, "--preset", "sagemaker", "--output_dir",
                                  os.path.join(d, "capture")])
+    plain_tf, logs_tf = os.path.join(d, "plain.tfrecord"), os.path.join(d, "logs.tfrecord")
+    subprocess.run([py, "-c", TF_SERVING, small, plain_tf, logs_tf, "10"], check=True,
+                   stderr=subprocess.DEVNULL)
+    t_examples, _ = measure(ingest + ["--input", plain_tf, "--output_dir",
+                                      os.path.join(d, "examples")])
+    t_logs, _ = measure(ingest + ["--input", logs_tf, "--preset", "tf_serving", "--output_dir",
+                                  os.path.join(d, "logs")])
     print(f"rows: {args.rows} ({os.path.getsize(big) / 2**20:.0f} MiB of JSON Lines)")
     print(f"(1) pipelines.ingest jsonl, DirectRunner, tfrecord+parquet: {t_ingest:7.1f} s  "
           f"peak RSS {m_ingest:6.0f} MiB")
@@ -113,6 +153,9 @@ def main():
     print(f"ratio (1)/(2) = {t_ingest / t_direct:.2f}   (target <= 2.0)")
     print(f"(3) pipelines.ingest, {args.preset_rows} records as SageMaker Data Capture: "
           f"{t_cap:.1f} s vs {t_plain:.1f} s as plain JSON Lines; ratio {t_cap / t_plain:.2f}")
+    print(f"(4) pipelines.ingest, {args.preset_rows} records as TF Serving PredictionLogs: "
+          f"{t_logs:.1f} s vs {t_examples:.1f} s as a plain tf.Example TFRecord; ratio "
+          f"{t_logs / t_examples:.2f}")
 
 
 if __name__ == "__main__":

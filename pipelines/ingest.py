@@ -62,7 +62,9 @@ class IngestOptions(PipelineOptions):
                              "list there yields one record per element.")
     parser.add_argument("--preset", default="", choices=("",) + sources.PRESETS,
                         help="A request-logging shape: sagemaker (Data Capture) or vertex "
-                             "(request-response logging exported from BigQuery).")
+                             "(request-response logging exported from BigQuery), JSON Lines; "
+                             "tf_serving (TF Serving's PredictionLogs of tf.Examples), "
+                             "TFRecord.")
     parser.add_argument("--coverage", default="all", choices=COVERAGE_KINDS,
                         help="What traffic the input holds: all, or partial (a sampled serving "
                              "log); the diff counts offline records a partial log never saw as "
@@ -163,9 +165,12 @@ def _source_options(opts, paths, payload_names):
       raise common.UsageError(f"inputs mix formats ({', '.join(found)}); ingest one format "
                               "per run")
     fmt = found[0]
-  if fmt != "jsonl" and (opts.record_path or opts.preset or opts.envelope):
-    raise common.UsageError("--record_path, --preset and --envelope apply to JSON Lines input "
+  if fmt != "jsonl" and (opts.record_path or opts.envelope):
+    raise common.UsageError("--record_path and --envelope apply to JSON Lines input "
                             f"only (input format: {fmt})")
+  if opts.preset and sources.PRESET_FORMATS[opts.preset] != fmt:
+    raise common.UsageError(f"--preset {opts.preset} reads {sources.PRESET_FORMATS[opts.preset]} "
+                            f"input, not {fmt}")
   envelope = tuple((n.strip(), p.strip()) for n, _, p in
                    (item.partition("=") for item in _items(opts.envelope)))
   record_path = tuple(k for k in opts.record_path.split(".") if k) if opts.record_path else ()

@@ -3,8 +3,8 @@
 replay.logger.ProductionLogger owns the threads, part files and run metadata; this class owns
 what a record must be to be accepted (accept: its columns, value types and aggregates, checked
 on the caller's thread) and what turns one batch of accepted records (record, aggregates,
-served values, watermark) into log rows (rows: an Arrow table). The raw / parse / key / window / sampling /
-shard / serialize / transform stages each apply the rule objects and functions of
+served values, watermark) into log rows (rows: an Arrow table). The raw / parse / key / window /
+sampling / shard / serialize / transform / serve stages each apply the rule objects and functions of
 transforms/spec (and the TFT feed of transforms/graph) that pipelines.features applies, to
 Arrow columns: the cells' values are typed by spec/typing.py (values.canonical_text and
 schema.type_column, the rule of TypeRows), the fingerprints are the vectorised coding

@@ -35,7 +35,7 @@ from transforms.spec.stages import (FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSF
 
 __all__ = ["ProductionLogger", "RecordError", "pii_hash", "RUNNER", "DROPPED_BY_REASON"]
 
-RUNNER = "ProductionLogger"
+RUNNER = run_metadata.LOGGER_RUNNER
 # run_metadata.json's log.DROPPED_BY_REASON: {stage: {reason code: records}} (stages.py codes).
 DROPPED_BY_REASON = "dropped_by_reason"
 # The run-metadata sections a resumed log must share with this logger (log.parts aside).
@@ -325,7 +325,8 @@ class ProductionLogger:
     """{path: temp name} of files {path: bytes} written and fsynced side by side (fsync waits
     for the disk, not the CPU: the journal commits them together)."""
     paths = list(files)
-    tmps = self._io.map(lambda p: log_files.stage_file(os.path.join(self._log_dir, p), files[p]), paths)
+    tmps = self._io.map(
+        lambda p: log_files.stage_file(os.path.join(self._log_dir, p), files[p]), paths)
     return dict(zip(paths, tmps))
 
   def _compact_parts(self):

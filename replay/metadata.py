@@ -6,7 +6,9 @@ cause tied to the stage it can first affect (docs/replay.md has the table):
   windowing.*, schema.aggregates -> window          sharding.*, sampling.* -> shard
   serialization.* -> serialize                      analyze.fingerprint, analyzers -> analyze
   analyze.definition, transform_module, analyzers on one side only -> transform
-  runner -> window (triggering / grouping) and analyze (floating sums, approximate quantiles)
+  runner -> window (triggering / grouping) and analyze (floating sums, approximate quantiles);
+    not against a production logger, which differs in runner by construction
+  source.format -> raw (when both sides record one)
   versions.<library> -> each stage the library takes part in (VERSION_STAGES)
 Buckets are compared by their per-stage digests: a bucket equal on every digest (and in rows
 and drops) on both sides is skipped unread; the rest are read and joined.
@@ -124,7 +126,10 @@ def suspected_causes(offline, production):
       _diff(out, (stage,), field, a.get(field), b.get(field))
   _diff(out, ("transform",), "transform_module", offline["transform_module"],
         production["transform_module"])
-  _diff(out, RUNNER_STAGES, "runner", offline["runner"], production["runner"])
+  if run_metadata.LOGGER_RUNNER not in (offline["runner"], production["runner"]):
+    # A logger differs in runner by construction; its windowing is the spec's own rule and it
+    # analyses nothing (the transform_fn's analyzers are compared below).
+    _diff(out, RUNNER_STAGES, "runner", offline["runner"], production["runner"])
   for field in ("content_digest", "key_columns"):
     _diff(out, ("raw",), f"input.{field}", offline["input"].get(field),
           production["input"].get(field))
@@ -138,7 +143,8 @@ def suspected_causes(offline, production):
   for field in sorted(set(ea) | set(eb)):
     _diff(out, ("window",), f"event_time.{field}", ea.get(field), eb.get(field))
   sa, sb = offline.get("source") or {}, production.get("source") or {}
-  _diff(out, ("raw",), "source.format", sa.get("format"), sb.get("format"))
+  if sa.get("format") and sb.get("format"):  # a logger (or older metadata) records none
+    _diff(out, ("raw",), "source.format", sa["format"], sb["format"])
   side_a, side_b = sa.get("side_columns") or {}, sb.get("side_columns") or {}
   for role, stage in (("aggregates", "window"), ("served", "serve")):
     _diff(out, (stage,), f"source.side_columns.{role}", side_a.get(role) or {},

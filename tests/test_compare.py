@@ -398,9 +398,11 @@ def test_each_metadata_difference_names_the_stage_it_can_affect():
       {("raw", "input.content_digest", "1:00:00", "2:00:00")}
   assert causes(transform_module="m2") == {("transform", "transform_module", "transforms.taxi",
                                             "m2")}
-  assert causes(runner="ProductionLogger") == {
-      ("window", "runner", "DirectRunner", "ProductionLogger"),
-      ("analyze", "runner", "DirectRunner", "ProductionLogger")}
+  assert causes(runner="FlinkRunner") == {
+      ("window", "runner", "DirectRunner", "FlinkRunner"),
+      ("analyze", "runner", "DirectRunner", "FlinkRunner")}
+  # A logger differs in runner by construction: not a cause.
+  assert causes(runner="ProductionLogger") == set()
   assert causes(versions__tf="2.22.0") == {("analyze", "versions.tf", "2.21.0", "2.22.0"),
                                            ("transform", "versions.tf", "2.21.0", "2.22.0")}
   assert causes(analyze__fingerprint="f2",
@@ -432,6 +434,8 @@ def test_source_event_time_and_side_columns_are_causes_at_their_stages():
                    ("window", "source.side_columns.aggregates", {}, {"n_online": "n"}),
                    ("serve", "source.side_columns.served", {}, {"s": "fare_z"})]
   assert metadata.suspected_causes(off, off) == []
+  # A side that records no source format (a logger) is not a format difference.
+  assert metadata.suspected_causes(off, meta(event_time=off["event_time"])) == []
 
 
 def test_plan_buckets_and_compatibility():

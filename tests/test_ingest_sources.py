@@ -173,24 +173,37 @@ def test_ingest_records_partial_coverage(shapes, tmp_path):
   assert manifest["rows"]["read"] == len(lines[::10])
 
 
-def _write_examples(path, names, records, types):
-  """The records as tf.Example TFRecords, written with TensorFlow's own protos and writer (a
-  float is a float32 there, as in every tf.Example)."""
+def _examples(names, records, types):
+  """The records as tf.train.Examples, built with TensorFlow's own protos (a float is a float32
+  there, as in every tf.Example)."""
+  import tensorflow as tf
+  out = []
+  for r in records:
+    feats = {}
+    for n in names:
+      v = r[n]
+      if v is None:
+        continue
+      if types[n] == schema_spec.INT:
+        feats[n] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+      elif types[n] == schema_spec.FLOAT:
+        feats[n] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+      else:
+        feats[n] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
+    out.append(tf.train.Example(features=tf.train.Features(feature=feats)))
+  return out
+
+
+def _write_records(path, messages):
+  """Serialized protos as a TFRecord file, by TensorFlow's own writer."""
   import tensorflow as tf
   with tf.io.TFRecordWriter(str(path)) as w:
-    for r in records:
-      feats = {}
-      for n in names:
-        v = r[n]
-        if v is None:
-          continue
-        if types[n] == schema_spec.INT:
-          feats[n] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
-        elif types[n] == schema_spec.FLOAT:
-          feats[n] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
-        else:
-          feats[n] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
-      w.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+    for m in messages:
+      w.write(m.SerializeToString())
+
+
+def _write_examples(path, names, records, types):
+  _write_records(path, _examples(names, records, types))
 
 
 def test_tf_example_input_agrees_where_float32_holds_the_value_and_differs_where_it_cannot(
@@ -226,3 +239,73 @@ def test_tf_example_input_agrees_where_float32_holds_the_value_and_differs_where
     else:
       unmatched += 1
   assert unmatched == lossy
+
+
+def _prediction_logs(examples):
+  """TF Serving request logs of the examples, CHUNK a request, cycling through the shapes TF
+  Serving logs them in: classify (example_list), regress (example_list_with_context, the
+  context's trip_seconds overridden by every example that has its own), multi-inference, and
+  predict (a DT_STRING "examples" tensor); then one session_run_log, which holds no example."""
+  from tensorflow_serving.apis import prediction_log_pb2 as logs
+  logs_out = []
+  for n, lo in enumerate(range(0, len(examples), CHUNK)):
+    chunk, log = examples[lo:lo + CHUNK], logs.PredictionLog()
+    log.log_metadata.model_spec.name = "taxi"
+    shape = n % 4
+    if shape == 0:
+      log.classify_log.request.input.example_list.examples.extend(chunk)
+    elif shape == 1 and all("trip_seconds" in e.features.feature for e in chunk):
+      listed = log.regress_log.request.input.example_list_with_context
+      listed.context.features.feature["trip_seconds"].int64_list.value.append(-1)
+      listed.examples.extend(chunk)
+    elif shape == 2:
+      log.multi_inference_log.request.input.example_list.examples.extend(chunk)
+    else:
+      tensor = log.predict_log.request.inputs["examples"]
+      tensor.dtype = 7  # DT_STRING
+      tensor.string_val.extend(e.SerializeToString() for e in chunk)
+    logs_out.append(log)
+  empty = logs.PredictionLog()
+  empty.session_run_log.SetInParent()
+  return logs_out + [empty]
+
+
+def test_tf_serving_prediction_logs_ingest_as_their_tf_examples(tmp_path):
+  """The tf_serving preset reads each PredictionLog's tf.Examples where TF Serving reads them:
+  the same records as the plain tf.Example file, fingerprint for fingerprint; a log holding no
+  example is rejected, counted, with its reason."""
+  names, records, _ = _taxi()
+  with open(TAXI_SCHEMA, encoding="utf-8") as f:
+    types = schema_spec.load_tfmd(f.read())
+  examples = _examples(names, records, types)
+  logs = _prediction_logs(examples)
+  _write_records(tmp_path / "plain.tfrecord", examples)
+  _write_records(tmp_path / "requests.tfrecord", logs)
+  plain = ingest(tmp_path / "plain", "--num_shards", "4", "--schema", TAXI_SCHEMA,
+                 inputs=str(tmp_path / "plain.tfrecord"))
+  served = ingest(tmp_path / "served", "--num_shards", "4", "--schema", TAXI_SCHEMA,
+                  "--preset", "tf_serving", "--max_rejected_fraction", "0.01",
+                  inputs=str(tmp_path / "requests.tfrecord"))
+  assert verify.verify(served) == []
+  got, want = _manifest(served), _manifest(plain)
+  assert got["options"]["preset"] == "tf_serving"
+  assert got["rows"] == {"read": len(examples) + 1, "written": len(examples), "rejected": 1}
+  assert got["content_digest"] == want["content_digest"]
+  assert _fingerprints(served) == _fingerprints(plain)
+  with open(os.path.join(served, got["rejected"]["path"]), encoding="utf-8") as f:
+    rejected = [json.loads(line) for line in f]
+  assert [(r["line"], r["reason"]) for r in rejected] == [
+      (len(logs), "a PredictionLog (session_run_log) holding no tf.Example")]
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--preset", "tf_serving"], "--preset tf_serving reads tfrecord input, not csv"),
+    (["--input_format", "tfrecord", "--preset", "vertex"],
+     "--preset vertex reads jsonl input, not tfrecord"),
+    (["--input_format", "tfrecord", "--record_path", "a"], "apply to JSON Lines input only")])
+def test_a_preset_or_json_flag_for_another_format_is_a_usage_error(tmp_path, flags, message):
+  from pipelines import common
+  from pipelines import ingest as job
+  with pytest.raises(common.UsageError, match=message):
+    job.run(["--input", TAXI_CSV, "--output_dir", str(tmp_path / "out")] + flags)
+  assert not (tmp_path / "out").exists()

@@ -85,7 +85,9 @@ def test_infer_format_refuses_unknown_extensions(path):
     ({"format": "jsonl", "preset": "kserve"}, "unknown preset"),
     ({"format": "parquet", "record_path": ("a",)}, "apply to JSON Lines"),
     ({"format": "jsonl", "envelope": (("t",),)}, "envelope wants"),
-    ({"format": "jsonl", "record_path": ("",)}, "non-empty keys")])
+    ({"format": "jsonl", "record_path": ("",)}, "non-empty keys"),
+    ({"format": "jsonl", "preset": "tf_serving"}, "preset tf_serving reads tfrecord input, not"),
+    ({"format": "tfrecord", "preset": "sagemaker"}, "preset sagemaker reads jsonl input, not")])
 def test_bad_options_are_source_errors(options, match):
   with pytest.raises(SourceError, match=match):
     sources.column_names(io.BytesIO(b'{"a": 1}\n'), "x", SourceOptions(**options))

@@ -10,14 +10,16 @@ is null (as an absent feature is); a record is rejected when a feature holds mor
 it is not a tf.Example, or when a feature is not among the dataset's columns. A record's
 number is its 1-based position in the file and its raw bytes are the serialized tf.Example.
 
-TF Serving PredictionLog records are not read: their protos (tensorflow-serving-api) import
-all of TensorFlow.
+With the tf_serving preset, the records are TF Serving PredictionLogs (its request logging):
+each log's tf.Examples are records (prediction_log.py), numbered by their log's position; a
+log that holds none is rejected with its raw bytes, and an example's raw bytes are its
+serialized tf.Example.
 """
 import numpy as np
 import pyarrow as pa
 from tfx_bsl.coders import example_coder
 
-from transforms.codec import sources, tfrecord
+from transforms.codec import prediction_log, sources, tfrecord
 from transforms.codec.crc32c import CRC_TABLE
 from transforms.codec.sources import SourceError
 
@@ -29,10 +31,16 @@ _TRUNCATED = (1, 3)  # tfrecord framing codes that may only mean "the block ends
 def column_names(f, path, opts):
   """The feature names of the file's first record, sorted; None when it holds no record."""
   for raw, _ in _blocks(f, path, min(opts.block_bytes, 1 << 16)):
+    first, what = [raw[0].as_py()], "tf.Example"
+    if opts.preset == sources.TF_SERVING:
+      first, _, bad = prediction_log.examples_of(first)
+      if bad:
+        raise SourceError(f"{path}: record 1 is {bad[0][1]}")
+      what = "tf.Example in a PredictionLog"
     try:
-      batch = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch([raw[0].as_py()])
+      batch = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(first[:1])
     except RuntimeError as e:
-      raise SourceError(f"{path}: record 1 is not a tf.Example ({e})") from None
+      raise SourceError(f"{path}: record 1 is not a {what} ({e})") from None
     return sorted(batch.schema.names)
   return None
 
@@ -41,13 +49,18 @@ def iter_batches(f, path, names, file_index, opts):
   """Yields (batch, rejected, read) per block of records; see sources.iter_batches."""
   decoder = example_coder.ExamplesToRecordBatchDecoder()
   for raw, first in _blocks(f, path, opts.block_bytes):
-    pieces, bad = _decode(decoder, raw.to_pylist())
-    rejected = [(first + i, raw[i].as_py(), why) for i, why in bad]
+    records, number, rejected = raw.to_pylist(), np.arange(len(raw)), []
+    if opts.preset == sources.TF_SERVING:  # each log's examples, numbered by the log
+      records, number, bad = prediction_log.examples_of(records)
+      rejected = [(first + i, raw[i].as_py(), why) for i, why in bad]
+      raw, number = pa.array(records, pa.large_binary()), np.asarray(number, dtype=np.int64)
+    pieces, bad = _decode(decoder, records)
+    rejected += [(first + int(number[i]), raw[i].as_py(), why) for i, why in bad]
     outs = []
     for pos, decoded in pieces:
       fields = list(zip(decoded.schema.names, decoded.columns))
       whole = len(pos) == len(raw)
-      outs.append(sources.finish(fields, names, file_index, first + pos,
+      outs.append(sources.finish(fields, names, file_index, first + number[pos],
                                  raw if whole else raw.take(pa.array(pos))))
     if not outs:
       outs.append((sources.empty_batch(names), []))

@@ -24,11 +24,15 @@ import pyarrow.compute as pc
 from transforms.codec import csv_records
 from transforms.codec.csv_records import FILE_COLUMN, LINE_COLUMN, RAW_COLUMN
 
-__all__ = ["FORMATS", "PRESETS", "SourceOptions", "SourceError", "infer_format",
-           "column_names", "iter_batches", "finish", "render_json", "empty_batch"]
+__all__ = ["FORMATS", "PRESETS", "PRESET_FORMATS", "TF_SERVING", "SourceOptions", "SourceError",
+           "infer_format", "column_names", "iter_batches", "finish", "render_json", "empty_batch"]
 
 FORMATS = ("csv", "jsonl", "parquet", "tfrecord")
-PRESETS = ("vertex", "sagemaker")  # JSON Lines request-logging shapes (jsonl_records.py)
+# Request-logging shapes: SageMaker Data Capture and Vertex AI exports (JSON Lines,
+# jsonl_records.py), TF Serving's PredictionLogs (TFRecord, example_records.py).
+TF_SERVING = "tf_serving"
+PRESET_FORMATS = {"vertex": "jsonl", "sagemaker": "jsonl", TF_SERVING: "tfrecord"}
+PRESETS = tuple(PRESET_FORMATS)
 _EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
                ".parquet": "parquet", ".pq": "parquet", ".tfrecord": "tfrecord",
                ".tfrecords": "tfrecord"}
@@ -71,8 +75,11 @@ def _check(opts):
     raise SourceError(f"unknown input format {opts.format!r} (one of {', '.join(FORMATS)})")
   if opts.preset is not None and opts.preset not in PRESETS:
     raise SourceError(f"unknown preset {opts.preset!r} (one of {', '.join(PRESETS)})")
-  if opts.format != "jsonl" and (opts.preset or opts.record_path or opts.envelope):
-    raise SourceError(f"record_path, preset and envelope apply to JSON Lines, not {opts.format}")
+  if opts.format != "jsonl" and (opts.record_path or opts.envelope):
+    raise SourceError(f"record_path and envelope apply to JSON Lines, not {opts.format}")
+  if opts.preset is not None and PRESET_FORMATS[opts.preset] != opts.format:
+    raise SourceError(f"preset {opts.preset} reads {PRESET_FORMATS[opts.preset]} input, not "
+                      f"{opts.format}")
   if not all(isinstance(k, str) and k for k in opts.record_path):
     raise SourceError(f"record_path wants non-empty keys, got {opts.record_path!r}")
   for item in opts.envelope:

@@ -15,11 +15,14 @@ from transforms.spec.errors import UsageError
 from transforms.spec.feature_log import LOG_SEED
 from transforms.spec.stages import STAGES
 
-__all__ = ["FORMAT", "FILE", "EVENT_TIME", "TRANSFORM_FN", "document", "dump", "load",
-           "versions"]
+__all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "EVENT_TIME", "TRANSFORM_FN", "document", "dump",
+           "load", "versions"]
 
 FORMAT = "skewtrace.features/1"
 FILE = "run_metadata.json"
+# The runner a production logger records (replay.logger): it applies the spec's stage rules and
+# a written transform_fn in process, so the runner is no cause against it.
+LOGGER_RUNNER = "ProductionLogger"
 EVENT_TIME, TRANSFORM_FN = "event_time", "transform_fn"  # the optional sections' keys
 
 
