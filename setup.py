@@ -12,6 +12,7 @@ REQUIRED = [
     "tensorflow-transform==1.21.0",
     "tfx-bsl==1.21.0",
     "tensorflow-metadata==1.21.0",
+    "tensorflow-serving-api==2.19.1",  # ingest --preset tf_serving: the PredictionLog protos
     "pyarrow==25.0.1",
     "numpy==2.4.6",
     "xxhash==4.1.0",
