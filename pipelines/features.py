@@ -346,6 +346,8 @@ def _publish(plan, temp_dir, options):
       num_buckets=plan.log_buckets, buckets=buckets, event_time=plan.event,
       transform_fn=(plan.transform_fn_dir, analyze.content_digest(fn_dir)),
       source={"format": plan.manifest["options"].get("input_format", "csv"),
+              "num_shards": plan.manifest["num_shards"],
+              "schema": plan.manifest["schema"].get("source", "inferred"),
               "coverage": coverage_of(plan.manifest),  # what the diff's --scope reads
               "side_columns": side_of(plan.manifest)})
   dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))

@@ -8,7 +8,8 @@ cause tied to the stage it can first affect (docs/replay.md has the table):
   analyze.definition, transform_module, analyzers on one side only -> transform
   runner -> window (triggering / grouping) and analyze (floating sums, approximate quantiles);
     not against a production logger, which differs in runner by construction
-  source.format -> raw (when both sides record one)
+  source.format -> raw, source.schema -> parse, source.num_shards -> analyze (when both
+    sides record them)
   versions.<library> -> each stage the library takes part in (VERSION_STAGES)
 Buckets are compared by their per-stage digests: a bucket equal on every digest (and in rows
 and drops) on both sides is skipped unread; the rest are read and joined.
@@ -143,8 +144,11 @@ def suspected_causes(offline, production):
   for field in sorted(set(ea) | set(eb)):
     _diff(out, ("window",), f"event_time.{field}", ea.get(field), eb.get(field))
   sa, sb = offline.get("source") or {}, production.get("source") or {}
-  if sa.get("format") and sb.get("format"):  # a logger (or older metadata) records none
-    _diff(out, ("raw",), "source.format", sa["format"], sb["format"])
+  # Recorded by the features job (a logger, or older metadata, records none): the source format;
+  # the ingest shard count, whose order TFT's float analyzers sum in; the schema's source.
+  for field, stage in (("format", "raw"), ("num_shards", "analyze"), ("schema", "parse")):
+    if sa.get(field) is not None and sb.get(field) is not None:
+      _diff(out, (stage,), f"source.{field}", sa[field], sb[field])
   side_a, side_b = sa.get("side_columns") or {}, sb.get("side_columns") or {}
   for role, stage in (("aggregates", "window"), ("served", "serve")):
     _diff(out, (stage,), f"source.side_columns.{role}", side_a.get(role) or {},

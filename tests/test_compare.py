@@ -436,6 +436,15 @@ def test_source_event_time_and_side_columns_are_causes_at_their_stages():
   assert metadata.suspected_causes(off, off) == []
   # A side that records no source format (a logger) is not a format difference.
   assert metadata.suspected_causes(off, meta(event_time=off["event_time"])) == []
+  # Another ingest shard count moves TFT's float sums: named at analyze; the schema's source
+  # at parse.
+  shards = [(c["stage"], c["field"], c["offline"], c["production"]) for c in
+            metadata.suspected_causes(meta(source={"format": "csv", "num_shards": 4,
+                                                   "schema": "file"}),
+                                      meta(source={"format": "csv", "num_shards": 3,
+                                                   "schema": "inferred"}))]
+  assert shards == [("parse", "source.schema", "file", "inferred"),
+                    ("analyze", "source.num_shards", 4, 3)]
 
 
 def test_plan_buckets_and_compatibility():

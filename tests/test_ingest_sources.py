@@ -309,3 +309,24 @@ def test_a_preset_or_json_flag_for_another_format_is_a_usage_error(tmp_path, fla
   with pytest.raises(common.UsageError, match=message):
     job.run(["--input", TAXI_CSV, "--output_dir", str(tmp_path / "out")] + flags)
   assert not (tmp_path / "out").exists()
+
+
+def test_another_ingest_shard_count_is_named_as_a_cause_at_analyze(taxi_runs, taxi_features,
+                                                                   tmp_path):
+  """The same CSV ingested into 3 shards instead of 4: the content is identical, TFT's float
+  analyzers may move in their last bits (the order of their sums follows the shards). Whatever
+  the records do, the diff names the shard count among the suspected causes, at analyze."""
+  from replay import diff
+  data = ingest(tmp_path / "d", "--num_shards", "3", "--schema", TAXI_SCHEMA)
+  assert _manifest(data)["content_digest"] == _manifest(taxi_runs["direct"])["content_digest"]
+  prod = features(data, tmp_path / "f")
+  with open(os.path.join(prod, "run_metadata.json"), encoding="utf-8") as f:
+    assert json.load(f)["source"] == {"format": "csv", "num_shards": 3, "schema": "file"}
+  diff.run(["--offline", taxi_features["direct"], "--production", prod,
+            "--output_dir", str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  named = [(c["stage"], c["field"], c["offline"], c["production"])
+           for c in report["suspected_causes"]]
+  assert ("analyze", "source.num_shards", 4, 3) in named
+  assert not [c for c in named if c[1] in ("source.format", "source.schema", "runner")]
