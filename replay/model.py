@@ -145,7 +145,8 @@ def divergent_fraction(records):
 def build_report(partial, offline, production, tolerance, max_divergent_fraction, causes,
                  buckets_total, scope="all"):
   """The Report of a merged Partial. offline / production: Side; tolerance: Tolerance;
-  causes: metadata.suspected_causes(...) (their record counts are filled in here)."""
+  causes: metadata.suspected_causes(...) (their record counts are filled in here: the records
+  whose first divergent stage is the cause's, and those one side alone dropped there)."""
   rec = dict(partial.records, offline=offline.rows, production=production.rows)
   fraction = divergent_fraction(rec)
   firsts = {s: int(partial.first_stage.get(s, 0)) for s in STAGES}
@@ -167,7 +168,8 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
       stages={s: {"match": int(partial.stages[s][0]), "mismatch": int(partial.stages[s][1])}
               for s in STAGES},
       features={n: FeatureSummary.from_totals(f) for n, f in partial.features.items()},
-      suspected_causes=tuple(Cause(records=firsts[c["stage"]], **c) for c in causes),
+      suspected_causes=tuple(Cause(records=firsts[c["stage"]] + sum(
+          partial.one_side[s].get(c["stage"], 0) for s in compare.SIDES), **c) for c in causes),
       drift=drifts,
       buckets=Buckets(total=buckets_total, compared=partial.buckets,
                       skipped_equal=buckets_total - partial.buckets),

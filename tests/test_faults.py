@@ -135,6 +135,9 @@ def test_02_shorter_allowed_lateness_drops_late_records_on_one_side(keyed):
   assert _stages_before(r, "analyze") == {s: 0 for s in ("raw", "parse", "window", "shard",
                                                          "serialize")}
   assert "windowing.allowed_lateness_seconds" in _causes(r, "window")
+  # The cause counts the records it explains: those one side alone dropped at window.
+  assert {c["records"] for c in r["suspected_causes"]
+          if c["field"] == "windowing.allowed_lateness_seconds"} == {late}
 
 
 def _shard_moved(keyed, seed):
