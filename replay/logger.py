@@ -125,10 +125,13 @@ class ProductionLogger:
     self._worker.start()
 
   @classmethod
-  def from_features_dir(cls, features_dir, log_dir, profile=None, **options):
+  def from_features_dir(cls, features_dir, log_dir, profile=None, import_module=False,
+                        **options):
     """A logger configured from an offline pipelines.features output: its transform_fn, its
     profile (unless one is given), schema, aggregates, key columns, log bucket count and its
-    feature module's event-time declaration (as the run recorded it, else from the module)."""
+    feature module's event-time declaration, as the run recorded it. Metadata written before
+    that section names only the module: it is imported (its code runs) only with
+    import_module=True, the caller's choice, never because a received file names it."""
     path = os.path.join(features_dir, run_metadata.FILE)
     try:
       with open(path, "rb") as f:
@@ -142,11 +145,16 @@ class ProductionLogger:
     declared = meta.get(run_metadata.EVENT_TIME)  # recorded by the job; else ask the module
     if declared is not None:
       column, form, zone = declared["column"], declared["format"], declared["zone"]
+    elif not import_module:
+      raise UsageError(f"{path} records no event_time declaration (written before that "
+                       f"section); rerun the features job, or pass import_module=True to "
+                       f"import its module {meta['transform_module']!r}")
     else:
       try:
         module = importlib.import_module(meta["transform_module"])
-      except ImportError as e:
-        raise UsageError(f"transform module {meta['transform_module']}: {e}") from None
+      except Exception as e:  # noqa: BLE001 -- the module's own code: any failure is one line
+        raise UsageError(f"transform module {meta['transform_module']}: "
+                         f"{type(e).__name__}: {e}".splitlines()[0]) from None
       column, form, zone = event_time.declaration(module)
     options.setdefault("num_buckets", meta["log"]["num_buckets"])
     options.setdefault("event_time_format", form)

@@ -201,10 +201,42 @@ def test_from_features_dir_reads_the_declaration_the_run_recorded(offline, tmp_p
   del meta["event_time"]
   with open(f"{copy}/run_metadata.json", "w", encoding="utf-8") as f:
     json.dump(meta, f)
+  # Its module is imported only when the caller allows it, never because the file names it.
+  with pytest.raises(common.UsageError, match="records no event_time declaration.*"
+                                              "import_module=True"):
+    _logger(copy, tmp_path / "b")
   from transforms import taxi as module
   monkeypatch.setattr(module, "EVENT_TIME_FORMAT", "iso8601", raising=False)
   with pytest.raises(common.UsageError, match="'iso8601' needs text"):
-    _logger(copy, tmp_path / "b")
+    _logger(copy, tmp_path / "c", import_module=True)
+
+
+def test_from_features_dir_never_runs_a_module_the_metadata_names(offline, tmp_path,
+                                                                  monkeypatch):
+  """A received run_metadata.json naming a module whose import has effects (here: it writes a
+  file, then raises): not imported unless allowed; allowed, its failure is one usage line."""
+  import json
+  import shutil
+  import sys
+  copy = str(tmp_path / "features")
+  shutil.copytree(offline, copy)
+  meta = _meta(copy)
+  del meta["event_time"]
+  meta["transform_module"] = "hostile_module"
+  with open(f"{copy}/run_metadata.json", "w", encoding="utf-8") as f:
+    json.dump(meta, f)
+  marker = tmp_path / "ran"
+  (tmp_path / "hostile_module.py").write_text(
+      f"open({str(marker)!r}, 'w').close()\nraise RuntimeError('boom\\nsecond line')\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "hostile_module", raising=False)
+  with pytest.raises(common.UsageError, match="records no event_time declaration"):
+    _logger(copy, tmp_path / "a")
+  assert not marker.exists()
+  with pytest.raises(common.UsageError) as e:
+    _logger(copy, tmp_path / "b", import_module=True)
+  assert str(e.value) == "transform module hostile_module: RuntimeError: boom"
+  assert marker.exists()
 
 
 def test_a_column_missing_from_a_record_is_null(offline, taxi, tmp_path):
