@@ -30,8 +30,7 @@ from transforms.graph import analyze, feed
 from transforms.spec import event_time, feature_log, fingerprint, run_metadata, schema
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
-from transforms.spec.stages import (FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM,
-                                    value_columns)
+from transforms.spec.stages import FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM, value_columns
 
 __all__ = ["ProductionLogger", "RecordError", "pii_hash", "RUNNER", "DROPPED_BY_REASON"]
 
@@ -127,11 +126,10 @@ class ProductionLogger:
   @classmethod
   def from_features_dir(cls, features_dir, log_dir, profile=None, import_module=False,
                         **options):
-    """A logger configured from an offline pipelines.features output: its transform_fn, its
-    profile (unless one is given), schema, aggregates, key columns, log bucket count and its
-    feature module's event-time declaration, as the run recorded it. Metadata written before
-    that section names only the module: it is imported (its code runs) only with
-    import_module=True, the caller's choice, never because a received file names it."""
+    """A logger configured from an offline pipelines.features output: its transform_fn,
+    profile (unless given), schema, aggregates, key columns, log buckets and event-time
+    declaration as the run recorded it (older metadata: from the module it names, imported only
+    with import_module=True, the caller's choice, never because a received file names it)."""
     path = os.path.join(features_dir, run_metadata.FILE)
     try:
       with open(path, "rb") as f:
@@ -146,9 +144,9 @@ class ProductionLogger:
     if declared is not None:
       column, form, zone = declared["column"], declared["format"], declared["zone"]
     elif not import_module:
-      raise UsageError(f"{path} records no event_time declaration (written before that "
-                       f"section); rerun the features job, or pass import_module=True to "
-                       f"import its module {meta['transform_module']!r}")
+      raise UsageError(f"{path} records no event_time declaration (written before that section);"
+                       f" rerun the features job, or pass import_module=True to import its "
+                       f"module {meta['transform_module']!r}")
     else:
       try:
         module = importlib.import_module(meta["transform_module"])
