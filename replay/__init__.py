@@ -9,8 +9,9 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
   drift     mergeable histograms; L-infinity, Jensen-Shannon and PSI as TFDV defines them
   model     the report model (frozen dataclasses, report.json's shape)
   render    text and HTML renderers of a report
-  logger    the production-side feature logger;  log_rows  its per-record stage rules
+  logger    the production-side feature logger;  log_rows  its per-record stage rules;
+            log_files  its part and staging primitives
   check     the nightly skew check;  cli  the skewtrace console script
 """
-__all__ = ["check", "cli", "compare", "diff", "drift", "kernels", "log_rows", "logger", "metadata", "model",
-           "render", "rerun", "tolerance"]
+__all__ = ["check", "cli", "compare", "diff", "drift", "kernels", "log_files", "log_rows", "logger",
+           "metadata", "model", "render", "rerun", "tolerance"]
