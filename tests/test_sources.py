@@ -96,7 +96,8 @@ def test_bad_options_are_source_errors(options, match):
 def test_public_surface():
   assert sources.FORMATS == ("csv", "jsonl", "parquet", "tfrecord")
   assert sources.PRESETS == ("vertex", "sagemaker", "tf_serving")
-  assert sources.PRESET_FORMATS == {"vertex": "jsonl", "sagemaker": "jsonl", "tf_serving": "tfrecord"}
+  assert sources.PRESET_FORMATS == {"vertex": "jsonl", "sagemaker": "jsonl",
+                                    "tf_serving": "tfrecord"}
   assert issubclass(SourceError, ValueError)
   opts = SourceOptions(format="jsonl")
   assert (opts.record_path, opts.preset, opts.envelope, opts.payload_names, opts.block_bytes) == \
