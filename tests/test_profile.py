@@ -47,6 +47,14 @@ def _with(path, value):
     ("sampling.fraction", float("nan"), "sampling.fraction must be in (0, 1]"),
     ("sampling.seed", KeyError, "sampling: missing field(s) seed"),
     ("sampling.extra", 1, "sampling: unknown field(s) extra"),
+    # Range: nothing wraps or overflows where it is used.
+    ("sharding.num_shards", 1180591620717411303424, "sharding.num_shards must be <= " +
+     str(2**63 - 1)),
+    ("sharding.hash_seed", 2**64, f"sharding.hash_seed must be <= {2**64 - 1}"),
+    ("sampling.seed", 2**64, f"sampling.seed must be <= {2**64 - 1}"),
+    ("windowing.size_seconds", 10**30, f"windowing.size_seconds must be <= {2**60}"),
+    ("windowing.allowed_lateness_seconds", 10**30,
+     f"windowing.allowed_lateness_seconds must be <= {2**60}"),
 ])
 def test_bad_fields_are_named(path, value, message):
   with pytest.raises(profile.ProfileError, match=re.escape(message)):

@@ -1,7 +1,8 @@
 """Run profiles: everything that may legitimately differ between offline and production runs.
 
 A profile is a YAML file (safe-loaded) with four sections; every field is required, unknown
-fields are errors, and `load_profile` says which field is wrong and why.
+fields are errors, and `load_profile` says which field is wrong and why. Integers are
+range-checked: seconds at most 2**60, num_shards at most 2**63 - 1, seeds at most 2**64 - 1.
 
   windowing:      type fixed|sliding, size_seconds, period_seconds (sliding only; fixed: = size),
                   offset_seconds, allowed_lateness_seconds (null = unlimited)
@@ -63,7 +64,14 @@ _SECTIONS = {
 }
 
 
-def _int(section, name, value, minimum=None, nullable=False):
+# Upper bounds, so that no value wraps or overflows where it is used: window size, period,
+# offset and lateness are added to int64 event seconds (three of them below 2**62 leave room
+# for any event time below 2**62, year 1.5e11); shard ids are int64 columns; seeds are XXH64's
+# uint64 (2**64 would silently be seed 0).
+MAX_SECONDS, MAX_SHARDS, MAX_SEED = 2**60, 2**63 - 1, 2**64 - 1
+
+
+def _int(section, name, value, minimum=None, nullable=False, maximum=MAX_SECONDS):
   where = f"{section}.{name}"
   if value is None and nullable:
     return None
@@ -71,6 +79,8 @@ def _int(section, name, value, minimum=None, nullable=False):
     raise ProfileError(f"{where} must be an integer, got {value!r}")
   if minimum is not None and value < minimum:
     raise ProfileError(f"{where} must be >= {minimum}, got {value}")
+  if value > maximum:
+    raise ProfileError(f"{where} must be <= {maximum}, got {value}")
   return value
 
 
@@ -120,13 +130,13 @@ def parse_profile(doc):
   return Profile(
       window_type=window_type, window_size=size, window_period=period, window_offset=offset,
       allowed_lateness=lateness,
-      num_shards=_int("sharding", "num_shards", sh["num_shards"], 1),
-      hash_seed=_int("sharding", "hash_seed", sh["hash_seed"], 0),
+      num_shards=_int("sharding", "num_shards", sh["num_shards"], 1, maximum=MAX_SHARDS),
+      hash_seed=_int("sharding", "hash_seed", sh["hash_seed"], 0, maximum=MAX_SEED),
       serialization_format=_choice("serialization", "format", se["format"],
                                    ("tfrecord", "parquet")),
       float_dtype=_choice("serialization", "float_dtype", se["float_dtype"],
                           ("float32", "float64")),
-      sampling_seed=_int("sampling", "seed", sa["seed"], 0),
+      sampling_seed=_int("sampling", "seed", sa["seed"], 0, maximum=MAX_SEED),
       sampling_fraction=float(fraction))
 
 
