@@ -267,7 +267,8 @@ def build_pipeline(plan, options, temp_dir):
   writing the records' stage columns as it goes; the windowed counts come from a second,
   column-projected read, so nothing waits for them. TFT carries each record's log hash and raw
   fingerprint through (passthrough), its transform output is written beside, and the feature
-  log's merge lines the two up: only part-file paths are shuffled (transforms/stages/write_feature_log.py).
+  log's merge lines the two up: only part-file paths are shuffled
+  (transforms/stages/write_feature_log.py).
   With plan.transform_fn_dir, that transform_fn is copied to temp_dir/transform_fn here and TFT
   transforms with the copy (what is used is what the run publishes and fingerprints).
   """

@@ -294,7 +294,8 @@ def plan_ingest(opts):
   num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
                                                    / AUTO_SHARD_BYTES))
   return IngestPlan(
-      paths=tuple(paths), source=source, names=tuple(names), columns=None if columns is None else tuple(columns),
+      paths=tuple(paths), source=source, names=tuple(names),
+      columns=None if columns is None else tuple(columns),
       schema_info=schema_info, key_columns=tuple(key_columns), formats=tuple(formats),
       num_shards=num_shards, block_bytes=opts.csv_block_bytes, inputs=tuple(inputs),
       compression=None if opts.parquet_compression == "none" else opts.parquet_compression,

@@ -8,4 +8,5 @@ so that the kernels using it are compiled again.
 """
 __all__ = ["arrow_buffers", "crc32c", "csv_records", "example_decode", "example_encode",
            "example_parse", "example_records", "json_values", "jsonl_records", "kinds",
-           "parquet_records", "prediction_log", "request_logs", "sources", "tfrecord", "words", "xxh64"]
+           "parquet_records", "prediction_log", "request_logs", "sources", "tfrecord", "words",
+           "xxh64"]
