@@ -233,7 +233,15 @@ def _check_parts(meta, directory, bucket, side):
   if entry is None:
     return [], None
   num_buckets = meta["log"]["num_buckets"]
-  paths = _parts(directory, bucket, num_buckets, side)
+  if "parts" in entry:  # a logger's: the metadata lists its parts (a part renamed into place
+    # before a crash, but never listed, was never committed; the logger removes it on resume)
+    paths = sorted(FileSystems.join(directory, p) for p in entry["parts"])
+    missing = [p for p in paths if not FileSystems.exists(p)]
+    if missing:
+      raise common.UsageError(f"--{side}: {missing[0]} is listed in run_metadata.json but "
+                              "missing")
+  else:
+    paths = _parts(directory, bucket, num_buckets, side)
   if not paths and entry["rows"]:
     raise common.UsageError(
         f"--{side}: bucket {bucket} has {entry['rows']} rows in run_metadata.json but no "

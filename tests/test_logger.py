@@ -294,6 +294,14 @@ def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
   orphan = re.sub(r"part-\d{6}", "part-000099", part)
   shutil.copy(part, orphan)
   shutil.copy(part, part.replace(".parquet", ".parquet.tmp"))
+  # The diff reads such a log at once, before any logger resumes it: the listed parts only.
+  from replay import diff
+  diff.run(["--offline", offline, "--production", log_dir, "--output_dir",
+            str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  assert report["records"]["matched_keys"] == report["records"]["identical"] == 200
+  assert report["records"]["production_only"] == 0
   with _logger(offline, log_dir, batch_size=100) as logger:  # resumes the log
     logger.log_batch(records[250:], aggs[250:])
   assert not os.path.exists(orphan) and not glob.glob(os.path.join(log_dir, "*", "*.tmp"))
