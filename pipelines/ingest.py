@@ -20,7 +20,9 @@ under a temporary folder and renamed into place; manifest.json is written last.
 """
 import dataclasses
 import json
+import logging
 import math
+import re
 import time
 import uuid
 
@@ -30,6 +32,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from transforms.spec import schema
+from transforms.spec.errors import DataError
 from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, coverage_entry, side_entry,
                                     side_names)
 from transforms.spec.stages import RESERVED
@@ -352,10 +355,19 @@ def run_job(opts, options):
   started = time.monotonic()
   plan = plan_ingest(opts)
   dataset.check_output_dir(plan.output_dir, list(plan.inputs), plan.recorded, opts.overwrite)
+  # Beam logs a failing DoFn's traceback before re-raising it; the one raised is reported.
+  beam_log = logging.getLogger("apache_beam.runners.common")
+  level = beam_log.level
+  beam_log.setLevel(logging.CRITICAL)
   try:
-    build_pipeline(plan, options).run().wait_until_finish()
+    try:
+      build_pipeline(plan, options).run().wait_until_finish()
+    except sources.SourceError as e:  # a file found damaged mid-read (e.g. TFRecord framing):
+      # the reader's one line, without the step Beam appends; nothing is published
+      raise DataError(re.sub(r" \[while running .*\]$", "", str(e).splitlines()[0])) from None
     manifest = dataset.publish(plan, common.versions())
   finally:
+    beam_log.setLevel(level)
     dataset.remove_tree(plan.temp_dir)
   print(dataset.summary(manifest, time.monotonic() - started))
   return 0

@@ -330,3 +330,35 @@ def test_another_ingest_shard_count_is_named_as_a_cause_at_analyze(taxi_runs, ta
            for c in report["suspected_causes"]]
   assert ("analyze", "source.num_shards", 4, 3) in named
   assert not [c for c in named if c[1] in ("source.format", "source.schema", "runner")]
+
+
+def test_a_first_log_without_examples_is_a_rejected_row_and_damaged_framing_an_input_error(
+    tmp_path):
+  """The tf_serving preset takes its columns from the first tf.Example any log holds (a first
+  log without one is rejected like any other); a TFRecord file whose framing is damaged is one
+  line, exit 2 (DataError), nothing published."""
+  from pipelines import common
+  from pipelines import ingest as job
+  from tensorflow_serving.apis import prediction_log_pb2 as logs
+  names, records, _ = _taxi()
+  with open(TAXI_SCHEMA, encoding="utf-8") as f:
+    types = schema_spec.load_tfmd(f.read())
+  empty = logs.PredictionLog()
+  empty.session_run_log.SetInParent()
+  path = tmp_path / "requests.tfrecord"
+  _write_records(path, [empty] + _prediction_logs(_examples(names, records[:30], types))[:-1])
+  out = ingest(tmp_path / "d", "--schema", TAXI_SCHEMA, "--preset", "tf_serving",
+               "--max_rejected_fraction", "0.2", inputs=str(path))
+  assert _manifest(out)["rows"] == {"read": 31, "written": 30, "rejected": 1}
+  from transforms.codec import sources
+  with open(path, "rb") as f:  # the columns a run without --schema takes: the first example's
+    assert sources.column_names(f, str(path), sources.SourceOptions(
+        format="tfrecord", preset="tf_serving")) == sorted(
+            n for n in names if records[0][n] is not None)
+  data = path.read_bytes()
+  path.write_bytes(data[:-7])  # the last record cut short
+  with pytest.raises(common.DataError) as e:
+    job.run(["--input", str(path), "--output_dir", str(tmp_path / "cut"), "--preset",
+             "tf_serving"])
+  assert str(e.value).startswith(f"{path}: damaged TFRecord framing: truncated record at byte")
+  assert "\n" not in str(e.value) and not (tmp_path / "cut").exists()

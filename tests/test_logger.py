@@ -302,6 +302,13 @@ def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
     report = json.load(f)
   assert report["records"]["matched_keys"] == report["records"]["identical"] == 200
   assert report["records"]["production_only"] == 0
+  # A listed part that is gone is an input error naming it, never a divergence.
+  shutil.move(part, part + ".away")
+  with pytest.raises(common.UsageError, match=re.escape(f"{part} is listed in run_metadata.json "
+                                                        "but missing")):
+    diff.run(["--offline", offline, "--production", log_dir, "--output_dir",
+              str(tmp_path / "diff2")])
+  shutil.move(part + ".away", part)
   with _logger(offline, log_dir, batch_size=100) as logger:  # resumes the log
     logger.log_batch(records[250:], aggs[250:])
   assert not os.path.exists(orphan) and not glob.glob(os.path.join(log_dir, "*", "*.tmp"))

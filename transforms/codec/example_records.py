@@ -29,18 +29,20 @@ _TRUNCATED = (1, 3)  # tfrecord framing codes that may only mean "the block ends
 
 
 def column_names(f, path, opts):
-  """The feature names of the file's first record, sorted; None when it holds no record."""
-  for raw, _ in _blocks(f, path, min(opts.block_bytes, 1 << 16)):
-    first, what = [raw[0].as_py()], "tf.Example"
+  """The feature names of the file's first record, sorted; None when it holds no record. With
+  the tf_serving preset, of the first tf.Example its logs hold: a log holding none is a
+  rejected row of iter_batches, not a reason to refuse the file."""
+  for raw, number in _blocks(f, path, min(opts.block_bytes, 1 << 16)):
+    first, what = [raw[0].as_py()], "record 1 is not a tf.Example"
     if opts.preset == sources.TF_SERVING:
-      first, _, bad = prediction_log.examples_of(first)
-      if bad:
-        raise SourceError(f"{path}: record 1 is {bad[0][1]}")
-      what = "tf.Example in a PredictionLog"
+      first, origin, _ = prediction_log.examples_of(raw.to_pylist())
+      if not first:
+        continue
+      what = f"the first tf.Example (log {number + origin[0]}) does not decode"
     try:
       batch = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(first[:1])
     except RuntimeError as e:
-      raise SourceError(f"{path}: record 1 is not a {what} ({e})") from None
+      raise SourceError(f"{path}: {what} ({e})") from None
     return sorted(batch.schema.names)
   return None
 

@@ -10,8 +10,9 @@ named "examples", else the only string input). A log holding none (a session_run
 request of raw tensors) is rejected with its reason. The protos (tensorflow-serving-api) import
 TensorFlow: this module is imported only for that input, and imports them on first use.
 
-Each log is parsed in Python (upb), one call per log: a request log holds few records per
-second of serving, and bench/ingest_jsonl.py measures the rate (docs/benchmarks.md).
+Each log is parsed in Python (upb), one call per log: the protos offer no batch parser, and
+bench/ingest_jsonl.py measures the cost: 200,000 examples in PredictionLogs of 10 ingest in
+1.44x the time of the same plain tf.Example file, most of it the protos' TensorFlow import.
 """
 __all__ = ["examples_of"]
 
