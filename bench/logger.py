@@ -199,6 +199,7 @@ def main(argv=None):
         f"max {latencies.max() / 1000:.0f} us")
   print(f"(1)/(0) records/s:      {rate / bare:.2f}  (target >= 0.75: "
         f"{'met' if rate / bare >= 0.75 else 'not met'})")
+  print(f"(0t)/(0) records/s:     {finalized / bare:.2f}")
   print(f"(1)/(0f) records/s:     {rate / fed:.2f}")
   print(f"p99 log() / 100 us:     {p99 / 100:.2f}  (target < 1: "
         f"{'met' if p99 < 100 else 'not met'})")
