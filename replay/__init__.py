@@ -8,10 +8,12 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
   metadata  run-metadata comparison: suspected causes, equal and differing buckets
   drift     mergeable histograms; L-infinity, Jensen-Shannon and PSI as TFDV defines them
   model     the report model (frozen dataclasses, report.json's shape)
-  render    text and HTML renderers of a report
+  render    text and HTML renderers of a report;  charts  its SVG charts and formatters
+  analyzers the analyze stage compared numerically under float noise
+  evidence  the input columns of sampled records, from each side's dataset
   logger    the production-side feature logger;  log_rows  its per-record stage rules;
             log_files  its part and staging primitives
   check     the nightly skew check;  cli  the skewtrace console script
 """
-__all__ = ["check", "cli", "compare", "diff", "drift", "kernels", "log_files", "log_rows", "logger",
-           "metadata", "model", "render", "rerun", "tolerance"]
+__all__ = ["analyzers", "charts", "check", "cli", "compare", "diff", "drift", "evidence", "kernels",
+           "log_files", "log_rows", "logger", "metadata", "model", "render", "rerun", "tolerance"]

@@ -198,6 +198,8 @@ def evaluate(report, thresholds):
   return broken
 
 
+# within_tolerance holds the report's noise class (its name before latent records were told
+# apart): the column keeps its name so a history file of earlier nights stays writable.
 _COLUMNS = (["date TEXT PRIMARY KEY", "offline INTEGER", "production INTEGER",
              "matched_keys INTEGER", "identical INTEGER", "within_tolerance INTEGER",
              "divergent INTEGER", "offline_only INTEGER", "production_only INTEGER",
@@ -211,12 +213,32 @@ def _history_row(night, report, broken, code, report_path):
   drift = {name: d.get("jensen_shannon", d.get("linf")) for name, d in
            sorted(report.get("drift", {}).items())}
   return ([night.isoformat(), r["offline"], r["production"], r["matched_keys"], r["identical"],
-           r["within_tolerance"], r["divergent"], r["offline_only"], r["production_only"],
+           r["noise"], r["divergent"], r["offline_only"], r["production_only"],
            report["divergent_fraction"]] +
           [report["first_divergent_stage"].get(s, 0) for s in STAGES] +
           [json.dumps({n: f["mismatch_rate"] for n, f in sorted(report["features"].items())},
                       sort_keys=True),
            json.dumps(drift, sort_keys=True), json.dumps(broken), code, report_path])
+
+
+def check_history(history_path):
+  """UsageError unless the history can take the night's row: absent (it is created), or an
+  SQLite file whose `nights` table, if any, has this version's columns. Checked before the diff,
+  so a bad history path never costs the night's report."""
+  if os.path.isdir(history_path):
+    raise common.UsageError(f"history {history_path} is a folder, not an SQLite file")
+  if not os.path.exists(history_path):
+    return
+  try:
+    with sqlite3.connect(f"file:{history_path}?mode=ro", uri=True) as db:
+      found = [r[1] for r in db.execute("PRAGMA table_info(nights)").fetchall()]
+    db.close()
+  except sqlite3.Error as e:
+    raise common.UsageError(f"history {history_path} is not an SQLite file ({e})") from None
+  want = [c.split()[0] for c in _COLUMNS]
+  if found and found != want:
+    raise common.UsageError(f"history {history_path}: table nights has other columns than "
+                            "this version writes (start a new history file)")
 
 
 def record_night(history_path, row, nights):
@@ -264,6 +286,7 @@ def run(argv=None):
   for side, path in (("offline", offline), ("production", production)):
     if not FileSystems.exists(FileSystems.join(path, run_metadata.FILE)):
       raise common.UsageError(f"{night}: no {side} partition at {path}")
+  check_history(config["history"])
   out = FileSystems.join(config["reports"], night.isoformat())
   # The config's beam_args, then the command line's: Beam flags only (a diff flag there is an
   # unknown flag: the config sets them).

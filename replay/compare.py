@@ -6,7 +6,10 @@ or production only with the other side's drop stage as the reason, not served wh
 covers only part of the traffic and never saw the key, dropped on both; a key
 duplicated on either side excluded from both), and for matched keys compares the stage
 fingerprints in pipeline order and every transformed feature (fingerprint equality, then
-numeric tolerance) -- the semantics of docs/replay.md. The result is a `Partial`: counters,
+numeric tolerance) -- the semantics of docs/replay.md. Every matched record is one class:
+identical, noise (only transformed or served values differ, within tolerance), latent (a stage
+differs, what the model receives agrees within tolerance) or divergent (what the model
+receives differs). The result is a `Partial`: counters,
 per-feature sums and maxima, the deterministic samples (smallest XXH64(key, seed 0) first) and
 the drift histograms; partials `merge` associatively, which is how the Beam job's CombineFn
 totals them.
@@ -20,19 +23,23 @@ import pyarrow.compute as pc
 from replay import drift, kernels
 from replay.tolerance import Tolerance
 from transforms.spec import fingerprint
-from transforms.spec.feature_log import (DROPPED_STAGE, KEY, feature_fp_column, feature_of,
+from transforms.spec.feature_log import (DROPPED_STAGE, EVENT_TIME, KEY, WINDOW_END,
+                                         WINDOW_START, feature_fp_column, feature_of,
                                          fp_column, is_feature_fp_column, is_value_column,
                                          served_column, value_column)
 from transforms.spec.stages import ANALYZE, RECORD_STAGES, SERVE, STAGES, TRANSFORM
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
-           "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "SAMPLE_KINDS"]
+           "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "CLASSES", "SAMPLE_KINDS"]
 
 SIDES = ("offline", "production")
 COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "identical",
-            "within_tolerance", "divergent", "duplicate_keys_offline",
+            "noise", "latent", "divergent", "duplicate_keys_offline",
             "duplicate_keys_production", "not_served")
-SAMPLE_KINDS = ("divergent", "offline_only", "production_only", "duplicate_keys")
+CLASSES = ("identical", "noise", "latent", "divergent")  # each matched record is one
+SAMPLE_KINDS = ("divergent", "latent", "offline_only", "production_only", "duplicate_keys")
+# A record sample's evidence of when: its event time and window bounds on each side.
+_WHEN = (EVENT_TIME, WINDOW_START, WINDOW_END)
 _FEATURE_COUNTS = ("match", "mismatch", "within_tolerance", "offline_only", "production_only",
                    "delta_n", "served_mismatch", "served_within_tolerance")
 
@@ -57,6 +64,8 @@ class Partial:
   records: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
   one_side: dict = dataclasses.field(default_factory=lambda: {s: {} for s in SIDES})
   first_stage: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(STAGES, 0))
+  # of first_stage's records, those whose model inputs differ (divergent, not latent)
+  reaches_model: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(STAGES, 0))
   stages: dict = dataclasses.field(default_factory=lambda: {s: [0, 0] for s in STAGES})
   # name -> {kind, match, mismatch, within_tolerance, offline_only, production_only,
   #          delta_n, delta_sums (one per bucket), delta_max}
@@ -101,6 +110,7 @@ def merge(a, b):
       records=_add_counts(a.records, b.records),
       one_side={s: _add_counts(a.one_side[s], b.one_side[s]) for s in SIDES},
       first_stage=_add_counts(a.first_stage, b.first_stage),
+      reaches_model=_add_counts(a.reaches_model, b.reaches_model),
       stages={s: [a.stages[s][0] + b.stages[s][0], a.stages[s][1] + b.stages[s][1]]
               for s in STAGES},
       features={n: _merge_feature(a.features.get(n), b.features.get(n)) for n in names},
@@ -137,19 +147,17 @@ def _u64(table, name):
   return valid, col.cast(pa.uint64()).fill_null(0).to_numpy(zero_copy_only=False)
 
 
+def _bits(col):
+  """The float width whose noise a value column's tolerance uses (64 for float64 values)."""
+  typ = col.type
+  while pa.types.is_list(typ) or pa.types.is_large_list(typ):
+    typ = typ.value_type
+  return 64 if pa.types.is_float64(typ) else 32
+
+
 def _eq(a, b):
   """Null-aware equality of two (valid, values) pairs: equal when both null or both equal."""
   return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
-
-
-def _jsonable(v):
-  if isinstance(v, float) and not np.isfinite(v):
-    return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
-  if isinstance(v, list):
-    return [_jsonable(x) for x in v]
-  if isinstance(v, bytes):
-    return v.decode("utf-8", "replace")
-  return v
 
 
 def _duplicated(table):
@@ -267,8 +275,9 @@ def _compare_matched(part, o, p, context):
     within = np.zeros(n, bool)
     if kind == "numeric" and va is not None and vp is not None and diff.any():
       rows = np.flatnonzero(diff)
-      w, quantified, delta = kernels.numeric_rows(va.take(pa.array(rows)), vp.take(pa.array(rows)),
-                                           *context.tolerance.for_feature(name))
+      w, quantified, delta = kernels.numeric_rows(
+          va.take(pa.array(rows)), vp.take(pa.array(rows)),
+          *context.tolerance.for_feature(name, max(_bits(va), _bits(vp))))
       within[rows[w]] = True
       f["delta_n"] += int(quantified.sum())
       f["delta_sums"] = sorted(f["delta_sums"] + [float(delta[quantified].sum())])
@@ -284,45 +293,50 @@ def _compare_matched(part, o, p, context):
     differs_any |= differs[name]
     bad_any |= (diff & ~within) | one
   any_early = early.any(axis=1)
-  transform_diff = ~t_eq & ~any_early
-  within_rec = transform_diff & differs_any & ~bad_any
-  div_transform = transform_diff & ~within_rec
-  # serve: what the model received (served values where logged), for the records that agree
-  # (within tolerance) up to it.
+  # What the model receives: the transformed features (a fingerprint that differs with no
+  # feature to show for it is a difference, never hidden), then the served values.
+  t_bad = ~t_eq & (bad_any | ~differs_any)
   s_eq = _eq(_u64(o, fp_column(SERVE.name)), _u64(p, fp_column(SERVE.name)))
   part.stages[SERVE.name] = [int(s_eq.sum()), int(n - s_eq.sum())]
-  serve_diff = ~s_eq & ~any_early & ~div_transform
-  served_differs, serve_bad = _compare_served(part, o, p, names, serve_diff, context)
+  serve_check = ~s_eq & ~t_bad
+  served_differs, serve_bad = _compare_served(part, o, p, names, serve_check, context)
   served_any = np.zeros(n, bool)
   for mask in served_differs.values():
     served_any |= mask
-  # A serve fingerprint that differs with no feature to show for it is divergence, not hidden.
-  div_serve = serve_diff & (serve_bad | ~served_any)
-  within_rec = (within_rec & ~div_serve) | (serve_diff & ~div_serve)
+  s_bad = serve_check & (serve_bad | ~served_any)
+  model = t_bad | s_bad
   rec["identical"] = int(np.count_nonzero(~any_early & t_eq & s_eq))
-  rec["within_tolerance"] = int(within_rec.sum())
-  rec["divergent"] = int(any_early.sum() + div_transform.sum() + div_serve.sum())
+  rec["noise"] = int(np.count_nonzero(~any_early & ~model & ~(t_eq & s_eq)))
+  rec["latent"] = int(np.count_nonzero(any_early & ~model))
+  rec["divergent"] = int(np.count_nonzero(model))
   first = np.full(n, "", dtype=object)
+  first[t_bad] = context.transform_stage
+  first[s_bad & ~t_bad] = SERVE.name
   first[any_early] = np.array(RECORD_STAGES, dtype=object)[early[any_early].argmax(axis=1)]
-  first[div_transform] = context.transform_stage
-  first[div_serve] = SERVE.name
   for stage in RECORD_STAGES + (context.transform_stage, SERVE.name):
-    part.first_stage[stage] += int(np.count_nonzero(first == stage))
-  rows = np.flatnonzero(any_early | div_transform | div_serve)
-  keys = _column(o, KEY).take(pa.array(rows, pa.int64()))
+    at = first == stage
+    part.first_stage[stage] += int(np.count_nonzero(at))
+    part.reaches_model[stage] += int(np.count_nonzero(at & model))
 
-  def entry(i, key):
-    r = int(rows[i])
-    if first[r] == SERVE.name:  # the values the model received on each side
-      feats = {name: [_jsonable(_model_input(o, name)[r].as_py()),
-                      _jsonable(_model_input(p, name)[r].as_py())]
-               for name in sorted(served_differs) if served_differs[name][r]}
-    else:
-      feats = {name: [_jsonable(_value(o, name, r)), _jsonable(_value(p, name, r))]
-               for name in names if differs[name][r]}
-    return {"key": key, "first_divergent_stage": first[r], "features": feats}
-  part.samples["divergent"] = kernels.samples(keys, entry, context.samples)
-
+  def entry_of(rows):
+    def entry(i, key):
+      r = int(rows[i])
+      if s_bad[r] and not t_bad[r]:  # the values the model received on each side
+        feats = {name: [kernels.jsonable(_model_input(o, name)[r].as_py()),
+                        kernels.jsonable(_model_input(p, name)[r].as_py())]
+                 for name in sorted(served_differs) if served_differs[name][r]}
+      else:
+        feats = {name: [kernels.jsonable(_value(o, name, r)), kernels.jsonable(_value(p, name, r))]
+                 for name in names if differs[name][r]}
+      out = {"key": key, "first_divergent_stage": first[r], "features": feats}
+      when = {c: [kernels.jsonable(_cell(o, c, r)), kernels.jsonable(_cell(p, c, r))] for c in _WHEN
+              if c in o.schema.names or c in p.schema.names}
+      return {**out, "when": when} if when else out
+    return entry
+  for kind, mask in (("divergent", model), ("latent", any_early & ~model)):
+    rows = np.flatnonzero(mask)
+    keys = _column(o, KEY).take(pa.array(rows, pa.int64()))
+    part.samples[kind] = kernels.samples(keys, entry_of(rows), context.samples)
 
 def _model_input(table, name):
   """What the model received for feature `name` on one side: the served value where serving
@@ -356,19 +370,28 @@ def _compare_served(part, o, p, names, rows_mask, context):
     if same.all():
       continue
     f = part.features[name]
+    # served_* count what serving logged: a feature no side logged a served value of is the
+    # transform's own value, compared (and counted) there.
+    logged = served_column(name) in o.schema.names or served_column(name) in p.schema.names
     close = same.copy()
     if f["kind"] == "numeric":
-      close |= kernels.numeric_rows(a, b, *context.tolerance.for_feature(name))[0]
+      close |= kernels.numeric_rows(
+          a, b, *context.tolerance.for_feature(name, max(_bits(a), _bits(b))))[0]
     differs[name] = np.zeros(n, bool)
     differs[name][rows[~same]] = True
     bad[rows[~close]] = True
-    f["served_mismatch"] += int((~close).sum())
-    f["served_within_tolerance"] += int((close & ~same).sum())
+    if logged:
+      f["served_mismatch"] += int((~close).sum())
+      f["served_within_tolerance"] += int((close & ~same).sum())
   return differs, bad
 
 
 def _value(table, name, row):
-  col = _column(table, value_column(name))
+  return _cell(table, value_column(name), row)
+
+
+def _cell(table, column, row):
+  col = _column(table, column)
   return None if col is None else col[row].as_py()
 
 

@@ -1,11 +1,10 @@
 """Replay diff: offline vs production feature logs -> each record's first divergent stage.
 
-DirectRunner:
-  python -m replay.diff --offline out/offline --production out/production --output_dir out/diff \
-      [--abs_tol X] [--rel_tol Y] [--tolerance feature=abs:rel ...] \
-      [--max_divergent_fraction F] [--samples N]
-Dataflow: add --runner DataflowRunner --project P --region R --temp_location gs://B/tmp
-  --setup_file ./setup.py (logs and output on gs://).
+DirectRunner: python -m replay.diff --offline out/offline --production out/production
+  --output_dir out/diff [--abs_tol X] [--rel_tol Y] [--tolerance feature=abs:rel ...]
+  [--max_divergent_fraction F] [--fail_on divergent|latent] [--samples N]. Dataflow: add
+  --runner DataflowRunner --project P --region R --temp_location gs://B/tmp --setup_file
+  ./setup.py (logs and output on gs://).
 
 Shaped like TFDV's skew detector: the run metadata are compared first (suspected causes); the
 buckets whose per-stage digests differ are Created, each side's part files keyed by bucket and
@@ -15,6 +14,8 @@ deterministic samples. Buckets equal on every digest are never read, so the cost
 divergence, not with the logs; memory is bounded by one bucket.
 Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, prints a summary.
 Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
+The fraction counts divergent records (what the model receives differs) and one-side-only
+ones; with --fail_on latent, latent records (a stage differs, the model inputs agree) too.
 """
 import dataclasses
 import json
@@ -28,7 +29,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
-from replay import compare, metadata, model, render, tolerance as tolerances
+from replay import analyzers as analyzer_diff
+from replay import compare, evidence, metadata, model, render, tolerance as tolerances
 from transforms.spec import feature_log
 from transforms.spec.dataset import coverage_of
 
@@ -51,13 +53,20 @@ class DiffOptions(PipelineOptions):
                                           "output: run_metadata.json + feature_log/).")
     parser.add_argument("--production", help="Production feature-log folder, same layout.")
     parser.add_argument("--abs_tol", type=float, default=None,
-                        help="Absolute tolerance on numeric features (default 0).")
+                        help="Absolute tolerance on numeric features (default: float noise, "
+                             "sqrt(N)*u of the value's dtype; with --rel_tol alone, 0).")
     parser.add_argument("--rel_tol", type=float, default=None,
-                        help="Relative tolerance on numeric features (default 0).")
+                        help="Relative tolerance on numeric features (default: float noise; "
+                             "with --abs_tol alone, 0).")
     parser.add_argument("--tolerance", action="append", default=None,
                         help="Per-feature tolerance feature=abs:rel (repeatable).")
     parser.add_argument("--max_divergent_fraction", type=float, default=0.0,
                         help="Largest divergent fraction that still exits 0 (default 0).")
+    parser.add_argument("--fail_on", default="divergent", choices=model.FAIL_ON,
+                        help="What counts toward the divergent fraction besides one-side-only "
+                             "records: divergent (what the model receives differs; default) or "
+                             "latent (also records a stage tells apart, the model inputs "
+                             "agreeing).")
     parser.add_argument("--samples", type=int, default=10,
                         help="Samples kept per kind (divergent, one side only, duplicates).")
     parser.add_argument("--scope", default="auto", choices=SCOPES,
@@ -96,6 +105,10 @@ class DiffPlan:
   buckets_total: int
   causes: tuple             # suspected causes, sorted by stage
   scope: str = "all"        # "production": offline records production never saw are not_served
+  fail_on: str = "divergent"
+  analyzers: dict = dataclasses.field(default_factory=dict)  # replay/analyzers.compare
+  vocabularies: dict = dataclasses.field(default_factory=dict)  # side -> {feature: tokens}
+  inputs: dict = dataclasses.field(default_factory=dict)  # side -> run metadata input.dir
 
 
 def _part_paths(task, side):
@@ -105,10 +118,6 @@ def _part_paths(task, side):
     yield bucket, path
 
 
-def _first_line(e):
-  return (str(e).strip().splitlines() or [type(e).__name__])[0]
-
-
 def _read_parts(paths):
   """One side's rows of a bucket, its parts read in path order, or None when it has none.
   DataError names the file when a part's body is corrupt (only its footer was checked)."""
@@ -116,10 +125,10 @@ def _read_parts(paths):
   for path in sorted(paths):
     try:
       with FileSystems.open(path, compression_type="uncompressed") as f:
-        tables.append(pq.read_table(f))
+        tables.append(pq.read_table(f, **feature_log.read_options()))
     except (OSError, pa.ArrowException) as e:
-      raise common.DataError(f"{path} is not a readable Parquet file ({_first_line(e)})") \
-          from None
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      raise common.DataError(f"{path} is not a readable Parquet file ({first})") from None
   if not tables:
     return None
   return tables[0] if len(tables) == 1 else \
@@ -176,9 +185,7 @@ class _PartialCombineFn(beam.CombineFn):
 
 
 def _write_report(partial, plan, path):
-  report = _build(plan, compare.merge(plan.equal_partial, partial))
-  with FileSystems.create(path) as f:
-    f.write(json.dumps(report).encode("utf-8"))
+  _write_json(_build(plan, compare.merge(plan.equal_partial, partial)), path)
 
 
 def _write_json(value, path):
@@ -227,25 +234,47 @@ def _footer(path, side):
     raise common.UsageError(f"--{side}: {path} is not a readable Parquet file ({e})") from None
 
 
-def _check_parts(meta, directory, bucket, side):
-  """The bucket's part paths on one side, checked against run_metadata.json."""
-  entry = {int(b["bucket"]): b for b in meta["log"]["buckets"]}.get(bucket)
-  if entry is None:
-    return [], None
+def _listed_parts(meta, directory, side):
+  """{bucket: [its part paths]} as run_metadata.json lists them, each checked to exist. A job's
+  log lists each bucket's file (`path`): any other file in its feature_log/ is foreign, an
+  error. A logger's lists its parts (`parts`): a part renamed into place before a crash but
+  never listed was never committed (the logger removes it on resume), so it is not read.
+  Metadata of older runs, which list neither, are read by each bucket's glob."""
   num_buckets = meta["log"]["num_buckets"]
-  if "parts" in entry:  # a logger's: the metadata lists its parts (a part renamed into place
-    # before a crash, but never listed, was never committed; the logger removes it on resume)
-    paths = sorted(FileSystems.join(directory, p) for p in entry["parts"])
-    missing = [p for p in paths if not FileSystems.exists(p)]
+  listed, names = {}, set()
+  for entry in meta["log"]["buckets"]:
+    bucket = int(entry["bucket"])
+    rel = entry.get("parts", [entry["path"]] if "path" in entry else None)
+    if rel is None:
+      listed[bucket] = _parts(directory, bucket, num_buckets, side)
+      continue
+    listed[bucket] = sorted(FileSystems.join(directory, p) for p in rel)
+    names.update(p.rsplit("/", 1)[-1] for p in rel)
+    missing = [p for p in listed[bucket] if not FileSystems.exists(p)]
     if missing:
       raise common.UsageError(f"--{side}: {missing[0]} is listed in run_metadata.json but "
                               "missing")
-  else:
-    paths = _parts(directory, bucket, num_buckets, side)
+  if names and not any("parts" in b for b in meta["log"]["buckets"]):
+    pattern = FileSystems.join(directory, feature_log.LOG_DIR, "bucket-*.parquet")
+    found = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    foreign = [p for p in found if p.rsplit("/", 1)[-1] not in names]
+    if foreign:
+      raise common.UsageError(f"--{side}: {foreign[0]} is not listed in run_metadata.json "
+                              "(a file foreign to this log)")
+  return listed
+
+
+def _check_parts(meta, listed, directory, bucket, side):
+  """The bucket's part paths on one side and their schema, each part's footer read (no page)
+  and its rows checked against run_metadata.json."""
+  entry = {int(b["bucket"]): b for b in meta["log"]["buckets"]}.get(bucket)
+  if entry is None:
+    return [], None
+  paths = listed[bucket]
   if not paths and entry["rows"]:
     raise common.UsageError(
         f"--{side}: bucket {bucket} has {entry['rows']} rows in run_metadata.json but no "
-        f"file {metadata.bucket_pattern(directory, bucket, num_buckets)}")
+        f"file {metadata.bucket_pattern(directory, bucket, meta['log']['num_buckets'])}")
   footers = [_footer(p, side) for p in paths]
   rows = sum(f.num_rows for f in footers)
   if rows != entry["rows"]:
@@ -286,25 +315,32 @@ def plan_diff(opts):
   metas = {s: metadata.load(d, s) for s, d in dirs.items()}
   metadata.check_compatible(metas["offline"], metas["production"])
   differing, equal = metadata.plan_buckets(metas["offline"], metas["production"])
+  listed = {s: _listed_parts(metas[s], dirs[s], s) for s in compare.SIDES}
   tasks, schemas = [], []
   for bucket in differing:
     parts = {}
     for side in compare.SIDES:
-      parts[side], schema = _check_parts(metas[side], dirs[side], bucket, side)
+      parts[side], schema = _check_parts(metas[side], listed[side], dirs[side], bucket, side)
       schemas += [schema] if schema is not None else []
     tasks.append((bucket, parts))
-  if not schemas and equal:  # nothing read: the features of equal buckets from one footer
-    first = metadata.bucket_pattern(dirs["offline"], int(equal[0]["bucket"]),
-                                    metas["offline"]["log"]["num_buckets"])
-    paths = _parts(dirs["offline"], int(equal[0]["bucket"]),
-                   metas["offline"]["log"]["num_buckets"], "offline")
-    if not paths:
-      raise common.UsageError(f"--offline: no file {first}")
-    schemas.append(_footer(paths[0], "offline").schema.to_arrow_schema())
+  # Buckets equal on every digest are not read, but each of their parts must be there, whole
+  # (a readable footer) and of the listed rows: a deleted, truncated or foreign file is an
+  # input error, never "no divergence".
+  for entry in equal:
+    for side in compare.SIDES:
+      _, schema = _check_parts(metas[side], listed[side], dirs[side], int(entry["bucket"]), side)
+      if not schemas and schema is not None:
+        schemas.append(schema)  # nothing differs: the features from one footer
   ao, ap = metas["offline"]["analyze"], metas["production"]["analyze"]
   analyze_match = ao.get("fingerprint") == ap.get("fingerprint")
   stage = "analyze" if not analyze_match and ao.get("definition") == ap.get("definition") \
       else "transform"
+  # The analyzers compared under float noise over the records analysed; the noise default of
+  # the value tolerance holds only while none differs beyond it (replay/tolerance.py).
+  analysed = max(int(m["log"]["rows"]) for m in metas.values())
+  compared = analyzer_diff.compare(ao, ap, analysed)
+  if tol.is_noise:
+    tol = tol.exact() if compared["state"] == "differs" else tol.with_noise(analysed)
   scope = opts.scope if opts.scope != "auto" else \
       ("production" if coverage_of(metas["production"])["kind"] == "partial" else "all")
   context = compare.Context(tolerance=tol, transform_stage=stage,
@@ -321,13 +357,18 @@ def plan_diff(opts):
                   equal_partial=equal_partial, sides=sides, tolerance=tol,
                   max_divergent_fraction=frac, buckets_total=len(differing) + len(equal),
                   causes=tuple(metadata.suspected_causes(metas["offline"],
-                                                         metas["production"])), scope=scope)
+                                                         metas["production"])), scope=scope,
+                  fail_on=opts.fail_on, analyzers=compared, vocabularies={
+                      s: metadata.vocabularies(metas[s], dirs[s]) for s in compare.SIDES},
+                  inputs={s: metas[s]["input"].get("dir") for s in compare.SIDES})
 
 
 def _build(plan, partial):
-  return model.build_report(partial, plan.sides["offline"], plan.sides["production"],
-                            plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
-                            plan.buckets_total, plan.scope).to_dict()
+  report = model.build_report(partial, plan.sides["offline"], plan.sides["production"],
+                              plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
+                              plan.buckets_total, plan.scope, plan.fail_on, plan.analyzers,
+                              plan.vocabularies)
+  return evidence.attach(report.to_dict(), plan.inputs)
 
 
 def _read_json(path):

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 
 from transforms.codec import xxh64
 
-__all__ = ["numeric_rows", "samples"]
+__all__ = ["numeric_rows", "samples", "jsonable"]
 
 
 def _as_elements(col):
@@ -80,3 +80,15 @@ def samples(keys, make, cap):
   picked = keys.take(pa.array(rows, pa.int64())).to_pylist()
   order = sorted(range(len(rows)), key=lambda t: (h[rows[t]], picked[t]))[:cap]
   return [(int(h[rows[t]]), picked[t], make(int(rows[t]), picked[t])) for t in order]
+
+
+def jsonable(v):
+  """A log value as report.json holds it: non-finite floats as "nan" / "inf" / "-inf",
+  bytes as text, lists element by element."""
+  if isinstance(v, float) and not np.isfinite(v):
+    return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+  if isinstance(v, list):
+    return [jsonable(x) for x in v]
+  if isinstance(v, bytes):
+    return v.decode("utf-8", "replace")
+  return v

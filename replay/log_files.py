@@ -9,15 +9,20 @@ import pyarrow.parquet as pq
 
 from transforms.spec import feature_log
 
-__all__ = ["parquet_bytes", "stage_file"]
+__all__ = ["parquet_bytes", "read_part", "stage_file"]
 
 
 def parquet_bytes(table, compression):
-  """A feature-log part's Parquet bytes, with the log's dictionary columns (as the job's)."""
+  """A feature-log part's Parquet bytes, written as the job writes its files."""
   sink = pa.BufferOutputStream()
   pq.write_table(table, sink, compression=compression,
-                 use_dictionary=feature_log.dictionary_columns(table.schema.names))
+                 **feature_log.parquet_options(table.schema.names))
   return sink.getvalue().to_pybytes()
+
+
+def read_part(path):
+  """A part's table, its page checksums verified."""
+  return pq.read_table(path, **feature_log.read_options())
 
 
 def stage_file(path, data):

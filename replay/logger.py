@@ -109,8 +109,8 @@ class ProductionLogger:
     self._transform_module = transform_module
     self._versions = run_metadata.versions()
     self._analyze = analyze.analyze_fingerprints(transform_fn_dir)
-    self._log_dir, self._source = log_dir, source
-    self._buckets, self._next_part = {}, 0
+    self._fn = (transform_fn_dir, analyze.content_digest(transform_fn_dir))
+    self._log_dir, self._source, self._buckets, self._next_part = log_dir, source, {}, 0
     self._counts = {"accepted": 0, "logged": 0, "dropped": 0, "sampled_out": 0, "flushes": 0}
     self._open_log_dir()
     self._dropped = {s: dict(c) for s, c in self._rules.dropped.items()}
@@ -345,7 +345,7 @@ class ProductionLogger:
       return
     files = {}
     for b, parts in merged.items():
-      table = pa.concat_tables([pq.read_table(os.path.join(self._log_dir, p)) for p in parts])
+      table = pa.concat_tables([log_files.read_part(os.path.join(self._log_dir, p)) for p in parts])
       path = feature_log.part_path(b, self._num_buckets, self._next_part)
       files[path] = self._part_bytes(table.cast(self._schema).sort_by(_ORDER))
       self._buckets[b]["parts"] = [path]
@@ -372,7 +372,7 @@ class ProductionLogger:
         content_digest=fingerprint.digest_hex(self._rules.content),
         key_columns=self._key_columns, columns=self._columns, aggregates=self._aggregates,
         runner=RUNNER, analyze=self._analyze, num_buckets=n, buckets=buckets,
-        versions_=self._versions, event_time=self._event)
+        versions_=self._versions, event_time=self._event, transform_fn=self._fn)
     doc["log"]["parts"] = self._next_part
     doc["log"][DROPPED_BY_REASON] = {s: dict(sorted(c.items()))
                                      for s, c in sorted(self._rules.dropped.items())}

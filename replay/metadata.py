@@ -17,12 +17,15 @@ and drops) on both sides is skipped unread; the rest are read and joined.
 
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.graph import analyze
 from transforms.spec import feature_log, fingerprint, run_metadata
 from transforms.spec.errors import UsageError
 from transforms.spec.stages import FP_STAGES as DIGEST_STAGES, STAGES
 
 __all__ = ["VERSION_STAGES", "load", "check_compatible", "suspected_causes", "plan_buckets",
-           "bucket_pattern"]
+           "bucket_pattern", "vocabularies"]
+
+_VOCABULARY_BYTES = 64 << 20  # larger vocabulary files are not read for tokens
 
 PROFILE_STAGES = {"windowing": "window", "sharding": "shard", "sampling": "shard",
                   "serialization": "serialize"}
@@ -65,7 +68,27 @@ def load(directory, side):
     int(log["num_buckets"]), int(log["seed"])
   except (KeyError, TypeError, ValueError) as e:
     raise UsageError(f"--{side} {path}: malformed log section ({e!r})") from None
+  _check_buckets(log, f"--{side} {path}")
   return meta
+
+
+def _check_buckets(log, where):
+  """UsageError unless the bucket entries are self-consistent: each bucket once, within
+  num_buckets, 0 <= dropped <= rows, and log.rows their sum (an entry removed or duplicated
+  would otherwise read as records one side lacks or holds twice)."""
+  seen = set()
+  for b in log["buckets"]:
+    bucket, rows, dropped = int(b["bucket"]), int(b["rows"]), int(b["dropped"])
+    if bucket in seen:
+      raise UsageError(f"{where}: bucket {bucket} is listed twice")
+    if not 0 <= bucket < int(log["num_buckets"]):
+      raise UsageError(f"{where}: bucket {bucket} outside 0..{int(log['num_buckets']) - 1}")
+    if not 0 <= dropped <= rows:
+      raise UsageError(f"{where}: bucket {bucket} has {dropped} dropped of {rows} rows")
+    seen.add(bucket)
+  total = sum(int(b["rows"]) for b in log["buckets"])
+  if total != log["rows"]:
+    raise UsageError(f"{where}: log.rows is {log['rows']} but its buckets hold {total} rows")
 
 
 def _check_sections(meta, where):
@@ -191,3 +214,39 @@ def plan_buckets(offline, production):
 def bucket_pattern(directory, bucket, num_buckets):
   """The glob of bucket b's parts: bucket-BBBBB-of-NNNNN.parquet and ...-part-PPPPPP.parquet."""
   return FileSystems.join(directory, feature_log.bucket_glob(bucket, num_buckets))
+
+
+def _read_vocabulary(paths):
+  for path in paths:
+    try:
+      if not path or not FileSystems.exists(path):
+        continue
+      with FileSystems.open(path, compression_type="uncompressed") as f:
+        data = f.read(_VOCABULARY_BYTES + 1)
+    except OSError:
+      continue
+    if len(data) <= _VOCABULARY_BYTES:
+      return [line.decode("utf-8", "replace") for line in data.splitlines()]
+  return None
+
+
+def vocabularies(meta, directory):
+  """{feature: [token of each id]} of the categorical features a vocabulary feeds (as the run
+  metadata's analyzers name them), read from the run's transform_fn (its copy in the run's
+  folder, else the folder it came from): the evidence that shows `sun -> fog` where the ids
+  say 0 -> 1. A feature fed by several vocabularies, or a file not found, has none."""
+  fn = (meta.get(run_metadata.TRANSFORM_FN) or {}).get("source")
+  out, fed = {}, {}
+  for name, entry in sorted(meta["analyze"].get("analyzers", {}).items()):
+    if name.startswith(analyze.VOCABULARY):
+      for feature in entry.get("features", []):
+        fed.setdefault(feature, []).append(name[len(analyze.VOCABULARY):])
+  for feature, files in sorted(fed.items()):
+    if len(files) != 1:
+      continue
+    rel = feature_log.ASSETS_DIR + (files[0],)
+    tokens = _read_vocabulary([FileSystems.join(directory, feature_log.TRANSFORM_FN_DIR, *rel),
+                               fn and FileSystems.join(fn, *rel)])
+    if tokens is not None:
+      out[feature] = tokens
+  return out

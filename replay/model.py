@@ -11,7 +11,10 @@ from replay import compare, drift
 from transforms.spec.stages import STAGES
 
 __all__ = ["REPORT_FORMAT", "Side", "Records", "FeatureSummary", "Cause", "Buckets", "Report",
-           "build_report", "divergent_fraction"]
+           "build_report", "divergent_fraction", "FAIL_ON", "UNEXPLAINED"]
+
+FAIL_ON = ("divergent", "latent")  # what the exit code counts besides one-side-only records
+UNEXPLAINED = "not explained by configuration: a data or code difference"
 
 REPORT_FORMAT = "skewtrace.report/1"
 
@@ -39,8 +42,9 @@ class Records(_Part):
   production_only: int
   dropped_both: int
   identical: int
-  within_tolerance: int
-  divergent: int
+  noise: int       # only transformed / served values differ, within tolerance
+  latent: int      # a stage differs, what the model receives agrees within tolerance
+  divergent: int   # what the model receives differs
   duplicate_keys_offline: int
   duplicate_keys_production: int
   not_served: int  # offline records a partial production side never saw (not divergence)
@@ -107,6 +111,7 @@ class Report:
   divergent_fraction: float
   one_side_only: dict
   first_divergent_stage: dict
+  reaches_model: dict     # of first_divergent_stage's records, the divergent ones (per stage)
   stages: dict
   features: dict          # name -> FeatureSummary
   suspected_causes: tuple  # of Cause
@@ -116,6 +121,10 @@ class Report:
   exit_code: int
   scope: str = "all"  # "production": offline records a partial production log never saw are
                       # not_served (replay/compare.py Context.partial_production)
+  fail_on: str = "divergent"
+  analyzers: dict = dataclasses.field(default_factory=dict)  # replay/analyzers.compare
+  noise: dict = dataclasses.field(default_factory=dict)       # {records, why: [...]}
+  unexplained: tuple = ()  # ({stage, records, note}) stages no configuration difference explains
   format: str = REPORT_FORMAT
 
   def to_dict(self):
@@ -125,30 +134,77 @@ class Report:
         "max_divergent_fraction": self.max_divergent_fraction,
         "records": self.records.to_dict(), "divergent_fraction": self.divergent_fraction,
         "one_side_only": self.one_side_only,
-        "first_divergent_stage": self.first_divergent_stage, "stages": self.stages,
+        "first_divergent_stage": self.first_divergent_stage,
+        "reaches_model": self.reaches_model, "stages": self.stages,
         "features": {n: f.to_dict() for n, f in sorted(self.features.items())},
         "suspected_causes": [c.to_dict() for c in self.suspected_causes],
         "drift": self.drift, "buckets": self.buckets.to_dict(), "samples": self.samples,
-        "exit_code": self.exit_code, "scope": self.scope}
+        "exit_code": self.exit_code, "scope": self.scope, "fail_on": self.fail_on,
+        "analyzers": self.analyzers, "noise": self.noise,
+        "unexplained": [dict(u) for u in self.unexplained]}
 
 
-def divergent_fraction(records):
+def divergent_fraction(records, fail_on="divergent"):
   """(divergent + offline_only + production_only) / (matched_keys + offline_only +
   production_only): a key kept on one side only is a divergence too (a record the other side
-  never served or never trained on). Records a partial production log never saw (not_served)
-  are in neither."""
+  never served or never trained on); with fail_on "latent", latent records count as well.
+  Records a partial production log never saw (not_served) are in neither."""
   r = records
-  return (r["divergent"] + r["offline_only"] + r["production_only"]) / \
+  latent = r.get("latent", 0) if fail_on == "latent" else 0
+  return (r["divergent"] + latent + r["offline_only"] + r["production_only"]) / \
       max(1, r["matched_keys"] + r["offline_only"] + r["production_only"])
 
 
+def _fmt(x):
+  return f"{x:.2g}"
+
+
+def noise_reasons(records, tolerance, analyzers):
+  """Why the noise records are noise: the analyzers within float noise, the value tolerance."""
+  if not records.get("noise"):
+    return []
+  why = []
+  noisy = [a for a in analyzers.get("analyzers", []) if a["verdict"] == "noise"]
+  if noisy:
+    worst = max(noisy, key=lambda a: a["max_rel_diff"])
+    why.append(f"{len(noisy)} analyzer(s) differ only by float reduction-order noise (largest "
+               f"relative difference {_fmt(worst['max_rel_diff'])} in {worst['name']}, within "
+               f"sqrt(N)*u = {_fmt(worst['tolerance'])} for N = {analyzers['records']} records)")
+  default = tolerance["default"]
+  if "noise" in default:
+    n = default["noise"]
+    why.append(f"transformed values within float noise |d| <= t(1 + |offline|), t = sqrt(N)*u "
+               f"= {_fmt(n['float32'])} for float32 values (N = {n['records']})")
+  else:
+    why.append(f"transformed values within the given tolerance (abs {default['abs']}, "
+               f"rel {default['rel']})")
+  if tolerance["features"]:
+    why.append("per-feature tolerances: " + ", ".join(
+        f"{k} abs {v['abs']} rel {v['rel']}" for k, v in sorted(tolerance["features"].items())))
+  return why
+
+
+def _with_tokens(entry, vocab):
+  """A record sample with, beside each vocabulary-fed feature's ids, their tokens on each side
+  (null for an id outside the vocabulary: its OOV bucket)."""
+  tokens = {}
+  for name, pair in entry.get("features", {}).items():
+    sides = [vocab.get(s, {}).get(name) for s in compare.SIDES]
+    if any(sides):
+      tokens[name] = [t[v] if t and isinstance(v, int) and 0 <= v < len(t) else None
+                      for t, v in zip(sides, pair)]
+  return {**entry, "tokens": tokens} if tokens else entry
+
+
 def build_report(partial, offline, production, tolerance, max_divergent_fraction, causes,
-                 buckets_total, scope="all"):
+                 buckets_total, scope="all", fail_on="divergent", analyzers=None,
+                 vocabularies=None):
   """The Report of a merged Partial. offline / production: Side; tolerance: Tolerance;
   causes: metadata.suspected_causes(...) (their record counts are filled in here: the records
-  whose first divergent stage is the cause's, and those one side alone dropped there)."""
+  whose first divergent stage is the cause's, and those one side alone dropped there);
+  analyzers: replay/analyzers.compare(...); vocabularies: {side: metadata.vocabularies(...)}."""
   rec = dict(partial.records, offline=offline.rows, production=production.rows)
-  fraction = divergent_fraction(rec)
+  fraction = divergent_fraction(rec, fail_on)
   firsts = {s: int(partial.first_stage.get(s, 0)) for s in STAGES}
   names = sorted(set(partial.histograms["offline"]) | set(partial.histograms["production"]))
   drifts = {}
@@ -157,14 +213,20 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
                           partial.histograms["production"].get(name))
     if entry is not None:
       drifts[name] = entry
-  samples = {k: [e[2] for e in partial.samples[k]] for k in compare.SAMPLE_KINDS}
+  vocab = vocabularies or {}
+  samples = {k: [_with_tokens(e[2], vocab) if k in ("divergent", "latent") else e[2]
+                 for e in partial.samples[k]] for k in compare.SAMPLE_KINDS}
+  analyzers = analyzers or {"state": "equal", "records": 0, "analyzers": []}
+  explained = {c["stage"] for c in causes}
+  tol = tolerance.to_dict()
   return Report(
-      offline=offline, production=production, tolerance=tolerance.to_dict(),
+      offline=offline, production=production, tolerance=tol,
       max_divergent_fraction=float(max_divergent_fraction),
       records=Records(**{k: int(rec[k]) for k in ("offline", "production") + compare.COUNTERS}),
       divergent_fraction=fraction,
       one_side_only={s: dict(sorted(partial.one_side[s].items())) for s in compare.SIDES},
       first_divergent_stage=firsts,
+      reaches_model={s: int(partial.reaches_model.get(s, 0)) for s in STAGES},
       stages={s: {"match": int(partial.stages[s][0]), "mismatch": int(partial.stages[s][1])}
               for s in STAGES},
       features={n: FeatureSummary.from_totals(f) for n, f in partial.features.items()},
@@ -173,4 +235,8 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
       drift=drifts,
       buckets=Buckets(total=buckets_total, compared=partial.buckets,
                       skipped_equal=buckets_total - partial.buckets),
-      samples=samples, exit_code=int(fraction > max_divergent_fraction), scope=scope)
+      samples=samples, exit_code=int(fraction > max_divergent_fraction), scope=scope,
+      fail_on=fail_on, analyzers=analyzers,
+      noise={"records": int(rec["noise"]), "why": noise_reasons(rec, tol, analyzers)},
+      unexplained=tuple({"stage": s, "records": firsts[s], "note": UNEXPLAINED}
+                        for s in STAGES if firsts[s] and s not in explained))

@@ -6,24 +6,21 @@ network at all -- inline CSS and SVG charts drawn here, no script -- and is buil
 report's aggregates and samples only, so its size does not grow with the logs. Every string
 taken from the report (keys, feature names, profile values) is data and is escaped.
 """
-import html
-import json
+import datetime
 import math
 
+from replay import charts
+from replay.charts import (COLLAPSE_ROWS, HISTOGRAM_FEATURES, MAX_BINS, TREND_NIGHTS, _e, _frac,
+                           _num, _pct, _plain, _ranked_features, _short, _table, _value)
 from transforms.spec.stages import STAGES
 
-__all__ = ["STAGES", "TREND_NIGHTS", "verdict", "render_text", "render_html"]
+__all__ = ["STAGES", "TREND_NIGHTS", "HISTOGRAM_FEATURES", "MAX_BINS", "COLLAPSE_ROWS", "verdict",
+           "render_text", "render_html"]
 
 RECORD_FIELDS = ("offline", "production", "matched_keys", "offline_only", "production_only",
-                 "dropped_both", "identical", "within_tolerance", "divergent",
+                 "dropped_both", "identical", "noise", "latent", "divergent",
                  "duplicate_keys_offline", "duplicate_keys_production", "not_served")
 TOP_FEATURES, TOP_CAUSES = 10, 12  # text summary
-HISTOGRAM_FEATURES = 6     # HTML: histograms of this many most divergent features
-MAX_BINS = 40              # HTML: bins drawn per histogram (largest kept, in bin order)
-TREND_NIGHTS = 30
-OFFLINE_COLOR, PRODUCTION_COLOR = "#3b6fb6", "#e08a2c"
-STATUS_COLORS = {0: "#2e8540", 1: "#c0392b", 2: "#7f7f7f"}
-SPECIAL_BINS = (("neg_inf", "-inf"), ("pos_inf", "+inf"), ("nan", "NaN"))
 CAUSE_VALUE_CHARS = (60, 400)  # text, HTML: long values (analyzer outputs) are shortened
 
 
@@ -33,13 +30,41 @@ def verdict(report):
   divergent = int(records.get("divergent", 0) or 0)
   fraction = float(report.get("divergent_fraction", 0.0) or 0.0)
   threshold = float(report.get("max_divergent_fraction", 0.0) or 0.0)
+  rest = "".join(f", {int(records[k])} {k}" for k in ("latent", "noise") if records.get(k))
+  counted = "divergent" if report.get("fail_on", "divergent") == "divergent" else \
+      "divergent + latent"
   if report.get("exit_code", int(fraction > threshold)):
-    return "divergent", (f"DIVERGENCE: {divergent} divergent records, fraction "
-                         f"{_frac(fraction)} > threshold {_frac(threshold)} (exit 1)")
-  if divergent:
-    return "within_threshold", (f"divergence within threshold: {divergent} divergent records, "
-                                f"fraction {_frac(fraction)} <= {_frac(threshold)} (exit 0)")
-  return "clean", "no divergence: 0 divergent records (exit 0)"
+    return "divergent", (f"DIVERGENCE: {divergent} divergent records{rest}, fraction "
+                         f"({counted}) {_frac(fraction)} > threshold {_frac(threshold)} "
+                         "(exit 1)")
+  if divergent or fraction:
+    return "within_threshold", (f"divergence within threshold: {divergent} divergent "
+                                f"records{rest}, fraction ({counted}) {_frac(fraction)} <= "
+                                f"{_frac(threshold)} (exit 0)")
+  return "clean", f"no divergence: 0 divergent records{rest} (exit 0)"
+
+
+def _stage_line(report, s):
+  firsts, reach = report.get("first_divergent_stage", {}), report.get("reaches_model", {})
+  n, m = firsts.get(s, 0), reach.get(s, 0)
+  return f"  {s:<10} {n:>10}" + (f"  ({m} reach the model, {n - m} latent)" if n else "")
+
+
+def _explanations(report):
+  """Lines: why the noise is noise, analyzers that differ, stages nothing explains."""
+  out = [f"noise ({report.get('noise', {}).get('records', 0)} records): {why}"
+         for why in report.get("noise", {}).get("why", [])]
+  an = report.get("analyzers", {})
+  differs = [a for a in an.get("analyzers", []) if a.get("verdict") != "noise"]
+  for a in differs:
+    rel = a.get("max_rel_diff")
+    out.append(f"analyzer {a.get('name')}: {a.get('verdict')}" +
+               (f" (largest relative difference {rel:.2g} > {a.get('tolerance'):.2g})"
+                if rel is not None and a.get("tolerance") is not None else "") +
+               (f"; feeds {', '.join(a['features'])}" if a.get("features") else ""))
+  for u in report.get("unexplained", []):
+    out.append(f"{u.get('stage')}: {u.get('records')} records {u.get('note')}")
+  return out
 
 
 def render_text(report):
@@ -55,9 +80,9 @@ def render_text(report):
   out.append(f"divergent fraction: {_frac(report.get('divergent_fraction', 0.0))} "
              f"(threshold {_frac(report.get('max_divergent_fraction', 0.0))})")
   out.append(verdict(report)[1])
-  firsts = report.get("first_divergent_stage", {})
   out.append("first divergent stage:")
-  out.extend(f"  {s:<10} {firsts.get(s, 0):>10}" for s in STAGES)
+  out.extend(_stage_line(report, s) for s in STAGES)
+  out.extend(_plain(line) for line in _explanations(report))
   for side, reasons in sorted(report.get("one_side_only", {}).items()):
     if reasons:
       out.append(f"{side} only: " + ", ".join(f"{_plain(r)} {n}"
@@ -104,26 +129,31 @@ def render_html(report, trend=None):
       "<title>skewtrace replay report</title>\n<style>", _CSS, "</style>\n</head>\n<body>\n",
       "<h1>skewtrace replay report</h1>\n",
       f"<p class=\"verdict {status}\" id=\"verdict\">{_e(sentence)}</p>\n",
+      _what_differs(report),
+  ]
+  if trend:
+    parts += [f"<h2>Last {TREND_NIGHTS} nights</h2>\n", charts.trend_chart(trend, report)]
+  parts += [
+      "<h2>Divergence by first stage</h2>\n", charts.stage_chart(report),
+      _table(["stage", "match", "mismatch", "first divergent stage of",
+              "of which reach the model"],
+             [[s, stages.get(s, {}).get("match", 0), stages.get(s, {}).get("mismatch", 0),
+               report.get("first_divergent_stage", {}).get(s, 0),
+               report.get("reaches_model", {}).get(s, 0)] for s in STAGES], "stages"),
+      "<h2>Suspected causes</h2>\n", _causes(report),
+      "<h2>Records</h2>\n",
       _table(["side", "dir", "runner", "rows"],
              [["offline", off.get("dir"), off.get("runner"), off.get("rows")],
               ["production", prod.get("dir"), prod.get("runner"), prod.get("rows")]]),
-      "<h2>Records</h2>\n",
       _table(["count", "records"], [[f.replace("_", " "), records.get(f, 0)]
                                     for f in RECORD_FIELDS], "records"),
       _table(["one side only", "reason", "records"],
              [[side, r, n] for side, reasons in sorted(report.get("one_side_only", {}).items())
               for r, n in sorted(reasons.items())], "one-side-only"),
-      "<h2>Divergence by first stage</h2>\n", _stage_chart(report),
-      _table(["stage", "match", "mismatch", "first divergent stage of"],
-             [[s, stages.get(s, {}).get("match", 0), stages.get(s, {}).get("mismatch", 0),
-               report.get("first_divergent_stage", {}).get(s, 0)] for s in STAGES], "stages"),
-      "<h2>Suspected causes</h2>\n", _causes(report),
-      "<h2>Per-feature mismatch rate</h2>\n", _feature_chart(report),
-      "<h2>Offline vs production distributions</h2>\n", _histograms(report),
+      "<h2>Per-feature mismatch rate</h2>\n", charts.feature_chart(report),
+      "<h2>Offline vs production distributions</h2>\n", charts.histograms(report),
       "<h2>Samples</h2>\n", _samples(report),
   ]
-  if trend:
-    parts += [f"<h2>Last {TREND_NIGHTS} nights</h2>\n", _trend_chart(trend, report)]
   parts.append(_footer(report))
   parts.append("</body>\n</html>\n")
   return "".join(parts)
@@ -143,157 +173,66 @@ svg text{font-size:11px;fill:#333}svg .axis{stroke:#999;stroke-width:1}
 .off{fill:#3b6fb6}.prod{fill:#e08a2c}.bar{fill:#c0392b}.rate{fill:#3b6fb6}
 .hist{display:inline-block;margin:0 1em 1em 0;vertical-align:top}
 .note{color:#666;font-size:.9em}
+.explain{background:#f7f7f7;border-left:4px solid #999;padding:.2em 1em;margin:1em 0}
+.explain h2{border:none;margin-top:.4em}.explain li{margin:.3em 0}
+details{margin:.5em 0}summary{cursor:pointer;color:#3b6fb6}
 """
 
 
-def _stage_chart(report):
-  firsts = report.get("first_divergent_stage", {})
-  counts = [int(firsts.get(s, 0) or 0) for s in STAGES]
-  width, height, left, top, bottom = 560, 200, 40, 20, 30
-  plot_h = height - top - bottom
-  step = (width - left - 10) / len(STAGES)
-  top_count = max(counts) or 1
-  svg = [_svg_open(width, height, "stage-chart", "records by first divergent stage"),
-         _line(left, top + plot_h, width - 10, top + plot_h)]
-  for i, (stage, n) in enumerate(zip(STAGES, counts)):
-    h = plot_h * n / top_count
-    x = left + i * step + step * 0.15
-    svg.append(f"<g class=\"stage\" data-stage=\"{stage}\" data-count=\"{n}\">"
-               f"<title>{stage}: {n}</title>"
-               f"<rect class=\"bar\" x=\"{x:.1f}\" y=\"{top + plot_h - h:.1f}\" "
-               f"width=\"{step * 0.7:.1f}\" height=\"{h:.1f}\"/>"
-               f"{_text(x + step * 0.35, top + plot_h - h - 4, n, 'middle')}"
-               f"{_text(x + step * 0.35, height - 10, stage, 'middle')}</g>")
-  svg.append("</svg>\n")
-  return "".join(svg)
+def _what_differs(report):
+  """The explanation under the verdict: per stage what differs, for how many records, why
+  (the causes, or that no configuration explains it), the noise and why, one worked example."""
+  firsts, reach = report.get("first_divergent_stage", {}), report.get("reaches_model", {})
+  causes = report.get("suspected_causes", [])
+  unexplained = {u.get("stage") for u in report.get("unexplained", [])}
+  items = []
+  for s in STAGES:
+    n = int(firsts.get(s, 0) or 0)
+    if not n:
+      continue
+    m = int(reach.get(s, 0) or 0)
+    why = [f"{c.get('field')} {_short(_value(c.get('offline')), 40)} → "
+           f"{_short(_value(c.get('production')), 40)}" for c in causes if c.get("stage") == s]
+    because = (UNEXPLAINED_HTML if s in unexplained else
+               "suspected: " + "; ".join(why[:3]) + (f" (+{len(why) - 3} more)"
+                                                      if len(why) > 3 else ""))
+    items.append(f"<li><strong>{_e(s)}</strong>: {n} records first differ here — {m} reach "
+                 f"the model, {n - m} latent. {_e(because)}</li>")
+  one = report.get("one_side_only", {})
+  for side in ("offline", "production"):
+    for reason, n in sorted(one.get(side, {}).items()):
+      items.append(f"<li><strong>{_e(side)} only</strong> ({_e(reason)}): {int(n)} records</li>")
+  moved = [a for a in report.get("analyzers", {}).get("analyzers", [])
+           if a.get("verdict") != "noise"]
+  if moved:
+    items.append("<li><strong>analyzers</strong> beyond float noise: " + _e("; ".join(
+        a.get("name", "?") + (f" (relative {a['max_rel_diff']:.2g} > {a['tolerance']:.2g})"
+                              if a.get("max_rel_diff") is not None and a.get("tolerance")
+                              else f" ({a.get('verdict')})") +
+        (" feeds " + ", ".join(a["features"]) if a.get("features") else "")
+        for a in moved[:6])) +
+                 (f" (+{len(moved) - 6} more)" if len(moved) > 6 else "") + "</li>")
+  noise = report.get("noise", {})
+  if noise.get("records"):
+    items.append(f"<li><strong>noise</strong>: {int(noise['records'])} records — "
+                 f"{_e('; '.join(noise.get('why', [])))}</li>")
+  out = ["<div class=\"explain\" id=\"what-differs\"><h2>What differs</h2>\n"]
+  out.append("<ul>" + "".join(items) + "</ul>\n" if items else
+             "<p>Nothing: every record is identical on every stage.</p>\n")
+  samples = report.get("samples", {})
+  example = (samples.get("divergent") or samples.get("latent") or [None])[0]
+  if example:
+    row = _record_row(example)
+    out.append("<p class=\"example\"><strong>Worked example</strong>: record " + _e(row[0]) +
+               f" first differs at {_e(row[1])}" +
+               (f"; features {_e(row[2])}" if row[2] else "; no feature value differs") +
+               (f"; {_e(row[3])}" if row[3] else "") +
+               (f"; input {_e(row[4])}" if row[4] else "") + ".</p>\n")
+  out.append("</div>\n")
+  return "".join(out)
 
 
-def _feature_chart(report):
-  ranked = _ranked_features(report)
-  if not ranked:
-    return "<p class=\"note\">no transformed features in the report</p>\n"
-  row, label_w, bar_w = 18, 200, 300
-  width, height = label_w + bar_w + 170, row * len(ranked) + 10
-  svg = [_svg_open(width, height, "feature-chart", "mismatch rate per feature")]
-  for i, (name, f) in enumerate(ranked):
-    rate = _float(f.get("mismatch_rate"))
-    y = 5 + i * row
-    w = bar_w * min(max(rate, 0.0), 1.0)
-    svg.append(f"<g class=\"feature\" data-feature=\"{_e(name)}\"><title>{_e(name)}: "
-               f"{f.get('mismatch', 0)} mismatched, {f.get('within_tolerance', 0)} within "
-               f"tolerance, {f.get('match', 0)} matched ({_e(f.get('kind', '?'))})</title>"
-               f"{_text(label_w - 6, y + 12, _short(name, 30), 'end')}"
-               f"<rect class=\"rate\" x=\"{label_w}\" y=\"{y + 2}\" width=\"{w:.1f}\" "
-               f"height=\"{row - 5}\"/>"
-               f"{_text(label_w + w + 4, y + 12, _pct(f.get('mismatch_rate')), 'start')}</g>")
-  svg.append("</svg>\n")
-  rows = [[name, f.get("kind"), f.get("match", 0), f.get("mismatch", 0),
-           f.get("within_tolerance", 0), f.get("offline_only", 0), f.get("production_only", 0),
-           _pct(f.get("mismatch_rate")), _num(f.get("max_abs_delta")),
-           _num(f.get("mean_abs_delta"))] for name, f in ranked]
-  return "".join(svg) + _table(
-      ["feature", "kind", "match", "mismatch", "within tol.", "offline only",
-       "production only", "mismatch rate", "max |Δ|", "mean |Δ|"], rows, "features")
-
-
-def _histograms(report):
-  drift = report.get("drift", {})
-  features = report.get("features", {})
-  chosen = sorted((n for n in drift if drift[n].get("histogram")),
-                  key=lambda n: (-_float(features.get(n, {}).get("mismatch_rate")),
-                                 -_float(drift[n].get("linf", drift[n].get("jensen_shannon"))),
-                                 n))[:HISTOGRAM_FEATURES]
-  if not chosen:
-    return "<p class=\"note\">no feature histograms in the report</p>\n"
-  charts = [_histogram(name, drift[name]) for name in chosen]
-  rows = [[n, d.get("kind"), "L∞" if "linf" in d else "Jensen–Shannon",
-           _num(d.get("linf", d.get("jensen_shannon"))), _num(d.get("psi"))]
-          for n, d in sorted(drift.items())]
-  return (f"<p class=\"note\">share of each side's records per bin; "
-          f"<span style=\"color:{OFFLINE_COLOR}\">■ offline</span> "
-          f"<span style=\"color:{PRODUCTION_COLOR}\">■ production</span></p>\n"
-          + "".join(charts) + _table(["feature", "kind", "metric", "value", "PSI"], rows, "drift"))
-
-
-def _histogram(name, drift):
-  hist = drift["histogram"]
-  a, b = list(hist.get("offline", [])), list(hist.get("production", []))
-  bins = list(hist.get("bins", []))
-  if len(bins) == len(a) + 1:     # numeric: edges -> "[lo, hi)"
-    labels = [f"[{_num(lo)}, {_num(hi)})" for lo, hi in zip(bins, bins[1:])]
-    ticks = [f"{lo:.4g}" if isinstance(lo, float) else str(lo) for lo in bins[:-1]]
-  else:                           # categorical: one label per bin
-    labels = [_value(x) for x in bins] + [""] * (len(a) - len(bins))
-    ticks = labels[:]
-  for special, label in SPECIAL_BINS:  # numeric NaN / inf counts: bins of their own
-    if len(hist.get(special) or ()) == 2:
-      labels, ticks = labels + [label], ticks + [label]
-      a, b = a + [hist[special][0]], b + [hist[special][1]]
-  n = min(len(a), len(b), len(labels))
-  ta, tb = (sum(a) or 1), (sum(b) or 1)
-  idx = list(range(n))
-  if n > MAX_BINS:                # keep the largest bins, in bin order
-    idx = sorted(sorted(idx, key=lambda i: (-(a[i] / ta + b[i] / tb), i))[:MAX_BINS])
-  width, height, top, bottom, left = 360, 170, 18, 22, 8
-  plot_h = height - top - bottom
-  step = (width - 2 * left) / max(1, len(idx))
-  top_share = max([a[i] / ta for i in idx] + [b[i] / tb for i in idx] + [1e-12])
-  svg = [f"<div class=\"hist\" data-feature=\"{_e(name)}\">",
-         _svg_open(width, height, "histogram", f"histogram of {name}"),
-         _text(left, 12, _short(name, 48), "start"),
-         _line(left, top + plot_h, width - left, top + plot_h)]
-  for j, i in enumerate(idx):
-    x = left + j * step
-    bar = step * 0.42
-    svg.append(f"<g class=\"bin\"><title>{_e(labels[i])}: offline {a[i]}, production {b[i]}"
-               f"</title>")
-    for k, (share, cls) in enumerate(((a[i] / ta, "off"), (b[i] / tb, "prod"))):
-      h = plot_h * share / top_share
-      svg.append(f"<rect class=\"{cls}\" x=\"{x + step * 0.08 + k * bar:.1f}\" "
-                 f"y=\"{top + plot_h - h:.1f}\" width=\"{bar:.1f}\" height=\"{h:.1f}\"/>")
-    svg.append("</g>")
-  label_every = max(1, math.ceil(len(idx) / 6))
-  for j in range(0, len(idx), label_every):  # axis ticks; the first and last kept inside
-    x, anchor = ((left, "start") if j == 0 else (width - left, "end") if j == len(idx) - 1
-                 else (left + j * step + step * 0.5, "middle"))
-    svg.append(_text(x, height - 6, _short(ticks[idx[j]], 12), anchor))
-  svg.append(_text(width - left, 12, f"peak {_pct(top_share)}", "end"))
-  svg.append("</svg>")
-  if n > MAX_BINS:
-    svg.append(f"<div class=\"note\">{MAX_BINS} largest of {n} bins</div>")
-  svg.append("</div>\n")
-  return "".join(svg)
-
-
-def _trend_chart(trend, report):
-  nights = sorted(trend, key=lambda t: str(t.get("date", "")))[-TREND_NIGHTS:]
-  threshold = _float(report.get("max_divergent_fraction"))
-  width, height, left, top, bottom = 560, 190, 50, 15, 30
-  plot_w, plot_h = width - left - 15, height - top - bottom
-  top_y = max([_float(t.get("divergent_fraction")) for t in nights] + [threshold, 1e-12]) * 1.1
-  step = plot_w / max(1, len(nights) - 1)
-  y = lambda v: top + plot_h - plot_h * v / top_y  # noqa: E731
-  points = [(left + i * step, y(_float(t.get("divergent_fraction"))))
-            for i, t in enumerate(nights)]
-  svg = [_svg_open(width, height, "trend-chart", "divergent fraction per night"),
-         _line(left, top + plot_h, width - 15, top + plot_h), _line(left, top, left, top + plot_h),
-         _text(left - 4, top + 4, _frac(top_y), "end"), _text(left - 4, top + plot_h, "0", "end"),
-         f"<line class=\"threshold\" x1=\"{left}\" x2=\"{width - 15}\" y1=\"{y(threshold):.1f}\" "
-         f"y2=\"{y(threshold):.1f}\" stroke=\"#c0392b\" stroke-dasharray=\"4 3\"/>",
-         "<polyline fill=\"none\" stroke=\"#3b6fb6\" points=\"" +
-         " ".join(f"{px:.1f},{py:.1f}" for px, py in points) + "\"/>"]
-  for (px, py), t in zip(points, nights):
-    status = t.get("exit_status")
-    svg.append(f"<circle class=\"night\" cx=\"{px:.1f}\" cy=\"{py:.1f}\" r=\"3.5\" "
-               f"fill=\"{STATUS_COLORS.get(status, '#000')}\"><title>{_e(t.get('date'))}: "
-               f"{_e(_frac(t.get('divergent_fraction')))}, exit {_e(status)}</title></circle>")
-  every, last = max(1, math.ceil(len(nights) / 5)), len(nights) - 1
-  for i in [i for i in range(0, last, every) if last - i >= every] + [last]:
-    svg.append(_text(points[i][0], height - 8, nights[i].get("date", ""),
-                     "end" if i == last and i else "middle"))
-  svg.append(_text(width - 15, y(threshold) - 4, f"max {_frac(threshold)}", "end"))
-  svg.append("</svg>\n")
-  return "".join(svg)
+UNEXPLAINED_HTML = "not explained by configuration: a data or code difference (see the samples)"
 
 
 def _causes(report):
@@ -308,14 +247,55 @@ def _causes(report):
                   c.get("records", 0)] for c in causes], "causes")
 
 
+def _pairs(pairs, show=None):
+  """'name: offline → production' per entry ('name: value' when both sides agree)."""
+  out = []
+  for name, v in sorted(pairs.items()):
+    a, b = (list(v) + [None, None])[:2]
+    if a == b:
+      out.append(f"{name}: {(show or _value)(a)}")
+    else:
+      x, y = (show(a), show(b)) if show else _to_difference(a, b)
+      out.append(f"{name}: {x} → {y}")
+  return "; ".join(out)
+
+
+def _to_difference(a, b):
+  """Two values as text; two floats with as many significant digits as it takes to tell them
+  apart (at least 4): 1.2345678 → 1.2345679, not 17 digits each."""
+  if all(isinstance(v, float) and math.isfinite(v) for v in (a, b)):
+    for digits in range(4, 18):
+      x, y = f"{a:.{digits}g}", f"{b:.{digits}g}"
+      if x != y:
+        return x, y
+  return _value(a), _value(b)
+
+
+def _utc(v):
+  """Seconds since the epoch as ISO-8601 UTC (the feature log's event time and windows)."""
+  if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2 ** 40:
+    return datetime.datetime.fromtimestamp(v, datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+  return _value(v)
+
+
+def _record_row(x):
+  tokens = x.get("tokens", {})
+  feats = {f: [f"{a} ({t[0]})" if t[0] is not None else a,
+               f"{b} ({t[1]})" if t[1] is not None else b] if (t := tokens.get(f)) else [a, b]
+           for f, (a, b, *_) in ((f, list(v) + [None, None])
+                                 for f, v in x.get("features", {}).items())}
+  inputs = {c: x["input"][c] for c in x.get("input_differs", [])}
+  return [x.get("key"), x.get("first_divergent_stage"), _pairs(feats),
+          _pairs(x.get("when", {}), _utc), _pairs(inputs)]
+
+
 def _samples(report):
   samples = report.get("samples", {})
-  kinds = [("Divergent records", "divergent", ["key", "first stage",
-                                               "features (offline → production)"],
-            lambda x: [x.get("key"), x.get("first_divergent_stage"), "; ".join(
-                f"{f}: {_value(a)} → {_value(b)}"
-                for f, (a, b, *_) in sorted((f, list(v) + [None, None])
-                                            for f, v in x.get("features", {}).items()))]),
+  record = ["key", "first stage", "features (offline → production)",
+            "event time and window (UTC)", "input columns that differ"]
+  kinds = [("Divergent records", "divergent", record, _record_row),
+           ("Latent differences (the model inputs agree)", "latent", record, _record_row),
            ("Offline only", "offline_only", ["key", "reason"],
             lambda x: [x.get("key"), x.get("reason")]),
            ("Production only", "production_only", ["key", "reason"],
@@ -335,7 +315,11 @@ def _footer(report):
   tol = report.get("tolerance", {})
   default = tol.get("default", {})
   per = tol.get("features", {})
-  text = (f"tolerance: abs {_num(default.get('abs'))}, rel {_num(default.get('rel'))}"
+  noise = default.get("noise")
+  text = (f"tolerance: float noise sqrt(N)*u, N = {noise.get('records')} (float32 "
+          f"{_num(noise.get('float32'))}, float64 {_num(noise.get('float64'))})" if noise else
+          f"tolerance: abs {_num(default.get('abs'))}, rel {_num(default.get('rel'))}")
+  text = (text
           + "".join(f"; {f}: abs {_num(t.get('abs'))}, rel {_num(t.get('rel'))}"
                     for f, t in sorted(per.items())))
   buckets = report.get("buckets", {})
@@ -346,70 +330,3 @@ def _footer(report):
 
 
 # -- small pieces ---------------------------------------------------------------------------
-
-
-def _ranked_features(report):
-  """(name, stats) by mismatch rate, highest first; ties by name."""
-  return sorted(report.get("features", {}).items(),
-                key=lambda kv: (-_float(kv[1].get("mismatch_rate")), kv[0]))
-
-
-def _table(header, rows, cls=""):
-  head = "".join(f"<th>{_e(h)}</th>" for h in header)
-  body = "".join(
-      "<tr>" + "".join((f"<td class=\"n\">{_e(v)}</td>" if isinstance(v, (int, float))
-                        else f"<td>{_e('' if v is None else v)}</td>") for v in r) + "</tr>\n"
-      for r in rows)
-  return f"<table class=\"{_e(cls)}\"><tr>{head}</tr>\n{body}</table>\n"
-
-
-def _svg_open(width, height, cls, label):
-  return (f"<svg class=\"{cls}\" width=\"{width}\" height=\"{height}\" "
-          f"viewBox=\"0 0 {width} {height}\" role=\"img\" aria-label=\"{_e(label)}\">")
-
-
-def _line(x1, y1, x2, y2):
-  return f"<line class=\"axis\" x1=\"{x1}\" y1=\"{y1}\" x2=\"{x2}\" y2=\"{y2}\"/>"
-
-
-def _text(x, y, value, anchor):
-  return f"<text x=\"{x:.1f}\" y=\"{y:.1f}\" text-anchor=\"{anchor}\">{_e(value)}</text>"
-
-
-def _e(value):
-  return html.escape(str(value), quote=True)
-
-
-def _short(value, n):
-  s = str(value)
-  return s if len(s) <= n else s[:n - 1] + "…"
-
-
-def _plain(value):
-  """A string safe for a terminal: control characters shown escaped."""
-  s = str(value)
-  return s if s.isprintable() else s.encode("unicode_escape").decode("ascii")
-
-
-def _value(v):
-  return v if isinstance(v, str) else json.dumps(v, sort_keys=True)
-
-
-def _float(v):
-  try:
-    f = float(v)
-  except (TypeError, ValueError):
-    return 0.0
-  return f if math.isfinite(f) else 0.0
-
-
-def _num(v):
-  return "–" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
-
-
-def _frac(v):
-  return f"{_float(v):.6g}"
-
-
-def _pct(v):
-  return "–" if v is None else f"{100 * _float(v):.2f}%"

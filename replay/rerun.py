@@ -11,7 +11,8 @@ DirectRunner:
       --profile_a profiles/offline.yaml --profile_b profiles/production.yaml --output_dir out/rerun \
       [--schema data/chicago_taxi/schema.pbtxt] [--key_columns a,b] \
       [--abs_tol X] [--rel_tol Y] [--tolerance feature=abs:rel ...] \
-      [--max_divergent_fraction F] [--transform_fn_dir_a DIR] [--transform_fn_dir_b DIR]
+      [--max_divergent_fraction F] [--fail_on divergent|latent] [--transform_fn_dir_a DIR] \
+      [--transform_fn_dir_b DIR]
 Dataflow: add --runner DataflowRunner --project P --region R --temp_location gs://B/tmp
   --setup_file ./setup.py (input and output on gs://); every Beam flag goes to all three jobs.
 
@@ -35,7 +36,7 @@ __all__ = ["RerunOptions", "run"]
 # flags (--input_dir, --profile, --offline, --production, --formats, ...) rerun sets itself.
 INGEST_FLAGS = ("input", "schema", "key_columns", "num_shards", "max_rejected_fraction")
 FEATURES_FLAGS = ("transform_module", "log_buckets")
-DIFF_FLAGS = ("abs_tol", "rel_tol", "tolerance", "max_divergent_fraction", "samples")
+DIFF_FLAGS = ("abs_tol", "rel_tol", "tolerance", "max_divergent_fraction", "fail_on", "samples")
 SUBDIRS = ("ingest", "a", "b", "diff")
 
 

@@ -7,13 +7,36 @@ Each of `abs` and `rel` may be given as a scalar (every feature) or as a dict
 both normalise to one `Tolerance`: a default (abs, rel) and per-feature overrides. Negative,
 NaN or infinite values are refused (UsageError), so a typo cannot silently widen a threshold.
 Categorical features have no tolerance: any difference is a mismatch.
+
+The default, when no flag sets one, is float *noise*: abs = rel = tau(dtype, N) = sqrt(N) * u,
+u the unit roundoff of the value's dtype (2**-24 for float32, 2**-53 for float64) and N the
+number of records the runs analysed. Reordering a float sum of N terms moves it by about
+sqrt(N) * u relative (rounding errors add like a random walk: Higham, Accuracy and Stability of
+Numerical Algorithms, 2nd ed., sections 2.8 and 4.2), which is what another shard count, bundle
+split or runner does to TFT's means and variances, and a float64 -> float32 cast moves a value
+by at most u. The diff applies the noise default only while every analyzer is equal or within
+the same tau (replay/analyzers.py); when one differs beyond it, the default is exact (0, 0).
 """
 import dataclasses
 import math
 
 from transforms.spec.errors import UsageError
 
-__all__ = ["Tolerance", "normalise", "from_flags", "parse_feature_spec"]
+__all__ = ["Tolerance", "normalise", "from_flags", "parse_feature_spec", "noise_tau",
+           "unit_roundoff"]
+
+_UNIT_ROUNDOFF = {16: 2.0 ** -11, 32: 2.0 ** -24, 64: 2.0 ** -53}
+
+
+def unit_roundoff(bits):
+  """u of an IEEE float of `bits` bits (half the distance from 1 to the next float)."""
+  return _UNIT_ROUNDOFF[bits]
+
+
+def noise_tau(bits, records):
+  """The float noise tolerance of a `bits`-bit float value over `records` analysed records:
+  sqrt(records) * u (at least u)."""
+  return math.sqrt(max(1, int(records))) * unit_roundoff(bits)
 
 
 def _check(where, value):
@@ -42,19 +65,48 @@ def _as_dict(where, value):
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
-  """abs/rel per feature; `default` applies to every feature without its own entry."""
+  """abs/rel per feature; `default` applies to every feature without its own entry.
+
+  noise_records > 0: the default is the float noise tolerance of the value's dtype over that
+  many analysed records (noise_tau), not default_abs / default_rel.
+  """
   default_abs: float = 0.0
   default_rel: float = 0.0
   features: tuple = ()  # ((name, abs, rel), ...) sorted by name: hashable, picklable
+  noise_records: int = 0
 
-  def for_feature(self, name):
+  def for_feature(self, name, bits=32):
+    """(abs, rel) of feature `name`, whose values are `bits`-bit floats."""
     for n, a, r in self.features:
       if n == name:
         return a, r
+    if self.noise_records:
+      tau = noise_tau(bits, self.noise_records)
+      return tau, tau
     return self.default_abs, self.default_rel
 
+  @property
+  def is_noise(self):
+    return self.noise_records > 0
+
+  def with_noise(self, records):
+    """This tolerance with the noise default over `records` analysed records."""
+    return dataclasses.replace(self, noise_records=max(1, int(records)))
+
+  def exact(self):
+    """This tolerance with an exact default (per-feature entries kept)."""
+    return dataclasses.replace(self, noise_records=0, default_abs=0.0, default_rel=0.0)
+
   def to_dict(self):
-    return {"default": {"abs": self.default_abs, "rel": self.default_rel},
+    if self.noise_records:
+      default = {"abs": noise_tau(32, self.noise_records),
+                 "rel": noise_tau(32, self.noise_records),
+                 "noise": {"records": self.noise_records,
+                           "float32": noise_tau(32, self.noise_records),
+                           "float64": noise_tau(64, self.noise_records)}}
+    else:
+      default = {"abs": self.default_abs, "rel": self.default_rel}
+    return {"default": default,
             "features": {n: {"abs": a, "rel": r} for n, a, r in self.features}}
 
 
@@ -90,8 +142,12 @@ def parse_feature_spec(spec):
 def from_flags(abs_tol=None, rel_tol=None, specs=()):
   """The Tolerance of the diff's flags: --abs_tol, --rel_tol and repeated --tolerance specs.
 
-  A spec without a rel part keeps the default rel. A feature named twice is an error.
+  Neither --abs_tol nor --rel_tol given: the default is float noise (noise_records 1 here; the
+  diff sets the analysed record count). Either given: the default is exact in the other. A
+  spec without a rel part keeps the default rel (0 under the noise default). A feature named
+  twice is an error.
   """
+  noise = abs_tol is None and rel_tol is None
   default_abs = _check("--abs_tol", abs_tol) if abs_tol is not None else 0.0
   default_rel = _check("--rel_tol", rel_tol) if rel_tol is not None else 0.0
   abs_map, rel_map = {"default": default_abs}, {"default": default_rel}
@@ -101,4 +157,5 @@ def from_flags(abs_tol=None, rel_tol=None, specs=()):
       raise UsageError(f"--tolerance names feature {name!r} twice")
     abs_map[name] = a
     rel_map[name] = default_rel if r is None else r
-  return normalise(abs_map, rel_map)
+  tol = normalise(abs_map, rel_map)
+  return tol.with_noise(1) if noise else tol

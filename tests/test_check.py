@@ -55,10 +55,12 @@ def test_three_nights_clean_fault_clean(nights, capsys):
   codes = [check.run(["--config", config, "--date", night]) for night in NIGHTS]
   assert codes == [0, 1, 0]
   out = capsys.readouterr().out
-  assert "broken: divergent fraction" in out and "broken: stage window" in out
+  # The shifted windows change no feature value: latent records, so the divergent fraction
+  # holds and the stage threshold is what breaks.
+  assert "broken: divergent fraction" not in out and "broken: stage window" in out
   rows = _history(root)
   assert [r[0] for r in rows] == NIGHTS
-  assert [(r[1], r[2], r[3]) for r in rows] == [(0, 0, 0), (moved, moved, 1), (0, 0, 0)]
+  assert [(r[1], r[2], r[3]) for r in rows] == [(0, 0, 0), (0, moved, 1), (0, 0, 0)]
   assert any("stage window" in b for b in json.loads(rows[1][4]))
   for night in NIGHTS:
     assert os.path.exists(root / "reports" / night / "report.json")
@@ -160,3 +162,24 @@ def test_evaluate_breaks_feature_and_drift_thresholds_by_name():
                                         "feature fare_z: drift 0.07 > 0.05"]
   held = _report(fare_z=(0.01, {"jensen_shannon": 0.05}), company_id=(0.0, None))
   assert check.evaluate(held, th) == []  # at the limit holds; no drift entry: nothing drifted
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda p: p.mkdir(), "is a folder, not an SQLite file"),
+    (lambda p: p.write_text("not a database, a text file\n" * 200), "is not an SQLite file"),
+    (lambda p: sqlite3.connect(p).execute("CREATE TABLE nights (date TEXT)").connection.commit(),
+     "other columns"),
+])
+def test_a_history_that_cannot_take_the_night_is_refused_before_the_diff(nights, tmp_path,
+                                                                         make, message):
+  """Checked before the diff runs: the night's report is not written (nor replaced)."""
+  root, _ = nights
+  history = tmp_path / "history.sqlite"
+  make(history)
+  config = json.loads(open(_config(root)).read())
+  config.update(history=str(history), reports=str(tmp_path / "reports"))
+  path = tmp_path / "nightly.yaml"
+  path.write_text(json.dumps(config))
+  with pytest.raises(common.UsageError, match=message):
+    check.run(["--config", str(path), "--date", NIGHTS[0]])
+  assert not (tmp_path / "reports").exists()

@@ -85,11 +85,21 @@ def test_each_record_stage_can_be_the_first_divergent(stage):
   prod = [row("a", **{s: 99 for s in later})] + BASE[1:]
   p = diff(BASE, prod)
   assert nonzero(p.first_stage) == {stage: 1}
-  assert p.records["divergent"] == 1 and p.records["identical"] == 3
+  # The stage differs, the transformed features agree: latent, not reaching the model.
+  assert nonzero(p.records) == {"matched_keys": 4, "latent": 1, "identical": 3}
+  assert nonzero(p.reaches_model) == {}
   for s in STAGE_FPS:
     assert p.stages[s] == ([3, 1] if s in later else [4, 0])
+  assert p.samples["latent"][0][2] == {"key": "a", "first_divergent_stage": stage,
+                                       "features": {}}
+  assert p.samples["divergent"] == []
+  # The same stage difference with a transformed value that differs: divergent, same stage.
+  prod = [row("a", c=8, **{s: 99 for s in later})] + BASE[1:]
+  p = diff(BASE, prod)
+  assert nonzero(p.first_stage) == {stage: 1} and nonzero(p.reaches_model) == {stage: 1}
+  assert nonzero(p.records) == {"matched_keys": 4, "divergent": 1, "identical": 3}
   assert p.samples["divergent"][0][2] == {"key": "a", "first_divergent_stage": stage,
-                                          "features": {}}
+                                          "features": {"c": [3, 8]}}
 
 
 def test_transform_only_divergence_is_transform_or_analyze():
@@ -107,7 +117,7 @@ def test_transform_only_divergence_is_transform_or_analyze():
 def test_numeric_noise_within_tolerance_or_not():
   prod = [row("a", x=1.0001), row("b", 2.0, 4), row("c", 3.0003, 5), row("d", 4.0, 6)]
   loose = diff(BASE, prod, tolerance=tolerance.normalise(rel_tol=1e-3))
-  assert nonzero(loose.records) == {"matched_keys": 4, "identical": 2, "within_tolerance": 2}
+  assert nonzero(loose.records) == {"matched_keys": 4, "identical": 2, "noise": 2}
   assert loose.features["x"]["within_tolerance"] == 2 and loose.features["x"]["mismatch"] == 0
   # |delta| = 1e-4 and 3e-4: max 3e-4; mean over the 4 records compared: 4e-4 / 4.
   f = model.FeatureSummary.from_totals(loose.features["x"])
@@ -117,7 +127,7 @@ def test_numeric_noise_within_tolerance_or_not():
   assert tight.features["x"]["mismatch"] == 2
   # Absolute tolerance: 2e-4 admits a's 1e-4 only.
   mixed = diff(BASE, prod, tolerance=tolerance.normalise(abs_tol=2e-4))
-  assert (mixed.records["within_tolerance"], mixed.records["divergent"]) == (1, 1)
+  assert (mixed.records["noise"], mixed.records["divergent"]) == (1, 1)
 
 
 def test_per_feature_tolerance_applies_to_its_feature_only():
@@ -129,14 +139,14 @@ def test_per_feature_tolerance_applies_to_its_feature_only():
   tol = tolerance.from_flags(specs=["x=0.1:0"])
   p = diff(off, prod, types, tolerance=tol)
   assert p.features["x"]["within_tolerance"] == 1 and p.features["y"]["mismatch"] == 1
-  assert (p.records["within_tolerance"], p.records["divergent"]) == (1, 1)
+  assert (p.records["noise"], p.records["divergent"]) == (1, 1)
   assert p.samples["divergent"][0][2]["key"] == "b"
 
 
 def test_a_categorical_change_beside_numeric_noise_is_divergent():
   prod = [row("a", x=1.0000001, c=9)] + BASE[1:]
   p = diff(BASE, prod, tolerance=tolerance.normalise(rel_tol=1e-3))
-  assert p.records["divergent"] == 1 and p.records["within_tolerance"] == 0
+  assert p.records["divergent"] == 1 and p.records["noise"] == 0
   assert p.features["x"]["within_tolerance"] == 1 and p.features["c"]["mismatch"] == 1
 
 
@@ -218,7 +228,7 @@ def test_list_features():
   # a, c: same length, elements within 0.01 (c's nulls pair up); b: lengths differ; d: 4 away.
   assert (f["within_tolerance"], f["mismatch"]) == (2, 2)
   assert f["delta_max"] == pytest.approx(4.0)
-  assert p.records["within_tolerance"] == 2 and p.records["divergent"] == 2
+  assert p.records["noise"] == 2 and p.records["divergent"] == 2
   sample = {e[2]["key"]: e[2]["features"]["v"] for e in p.samples["divergent"]}
   assert sample == {"b": [[1.0, 2.0], [1.0, 2.0, 3.0]], "d": [[1.0], [5.0]]}
 
@@ -244,9 +254,9 @@ def test_samples_are_the_smallest_key_hashes_and_merge_keeps_the_smallest():
   b = diff(off[20:], prod[20:], samples=5)
   expected = sorted(keys, key=lambda k: xxhash.xxh64_intdigest(k.encode(), seed=0))[:5]
   merged = compare.merge(a, b)
-  assert [e[1] for e in merged.samples["divergent"]] == expected
+  assert [e[1] for e in merged.samples["latent"]] == expected
   assert merged.records == compare.merge(b, a).records
-  assert merged.records["divergent"] == 40 and merged.first_stage["window"] == 40
+  assert merged.records["latent"] == 40 and merged.first_stage["window"] == 40
   assert merged.buckets == 2
 
 
@@ -543,3 +553,86 @@ def test_high_cardinality_categorical_drift_folds_into_hash_bins_in_any_merge_or
 def test_a_tolerance_named_default_points_at_the_default_flags():
   with pytest.raises(UsageError, match="--abs_tol / --rel_tol"):
     tolerance.from_flags(specs=["default=0.1"])
+
+
+# --------------------------------------------------------------------------- float noise
+def test_noise_tolerance_is_sqrt_n_unit_roundoffs_of_the_values_dtype():
+  assert tolerance.noise_tau(32, 15002) == math.sqrt(15002) * 2.0 ** -24
+  assert tolerance.noise_tau(64, 100) == 10 * 2.0 ** -53
+  assert tolerance.noise_tau(32, 0) == 2.0 ** -24  # at least one unit roundoff
+  t = tolerance.from_flags()  # no flag: the noise default
+  assert t.is_noise
+  t = t.with_noise(10000)
+  assert t.for_feature("x", 32) == (100 * 2.0 ** -24,) * 2
+  assert t.for_feature("x", 64) == (100 * 2.0 ** -53,) * 2
+  assert t.to_dict()["default"]["noise"] == {"records": 10000, "float32": 100 * 2.0 ** -24,
+                                             "float64": 100 * 2.0 ** -53}
+  assert t.exact().for_feature("x") == (0.0, 0.0) and not t.exact().is_noise
+  # Any default flag makes the default explicit (the other one 0); a spec keeps its own.
+  assert not tolerance.from_flags(abs_tol=0.0).is_noise
+  assert tolerance.from_flags(rel_tol=1e-3).for_feature("x") == (0.0, 1e-3)
+  spec = tolerance.from_flags(specs=["x=0.5"]).with_noise(4)
+  assert spec.for_feature("x") == (0.5, 0.0) and spec.for_feature("y") == (2 * 2.0 ** -24,) * 2
+
+
+def test_float32_values_one_ulp_apart_are_noise_and_exact_zero_stays_available():
+  types = {"x": pa.float32()}
+  one = np.float32(1.2345678)
+  off = [{"key": k, "values": {"x": float(one)}} for k in "ab"]
+  prod = [{"key": "a", "values": {"x": float(np.nextafter(one, np.float32(2)))}},
+          {"key": "b", "values": {"x": float(one)}}]
+  noise = tolerance.from_flags().with_noise(100)
+  p = diff(off, prod, types, tolerance=noise)
+  assert nonzero(p.records) == {"matched_keys": 2, "identical": 1, "noise": 1}
+  assert nonzero(p.first_stage) == {}
+  p = diff(off, prod, types, tolerance=tolerance.from_flags(0.0, 0.0))
+  assert nonzero(p.records) == {"matched_keys": 2, "identical": 1, "divergent": 1}
+  # 1e-4 relative is far beyond sqrt(100) * 2**-24 = 6e-7: divergent at the defaults.
+  prod[0]["values"]["x"] = float(one) * (1 + 1e-4)
+  p = diff(off, prod, types, tolerance=noise)
+  assert p.records["divergent"] == 1
+
+
+def _analyzer(values, dtype="float32", fp=None):
+  return {"fingerprint": fp or json.dumps(values), "dtype": dtype, "shape": [len(values)],
+          "values": values, "features": ["m_z"] if dtype.startswith("float") else []}
+
+
+def test_analyzers_compare_numerically_under_float_noise():
+  from replay import analyzers
+  mean = float(np.float32(5.665441513061523))
+  ulp = float(np.nextafter(np.float32(mean), np.float32(6)))
+  base = {"fingerprint": "f0", "analyzers": {"m": _analyzer([mean]), "n": _analyzer([3], "int64"),
+                                             "vocabulary/v": {"fingerprint": "v0", "lines": 3}}}
+  assert analyzers.compare(base, copy.deepcopy(base), 100) == \
+      {"state": "equal", "records": 100, "analyzers": []}
+  moved = copy.deepcopy(base)
+  moved["fingerprint"], moved["analyzers"]["m"] = "f1", _analyzer([ulp])
+  out = analyzers.compare(base, moved, 100)
+  rel = abs(ulp - mean) / ulp
+  assert out["state"] == "noise"
+  assert out["analyzers"] == [{"name": "m", "verdict": "noise", "max_rel_diff": rel,
+                               "tolerance": 10 * 2.0 ** -24, "features": ["m_z"]}]
+  # One analyzer beyond noise, an integer one changed, a vocabulary changed, one side only,
+  # values not recorded: each differs, and the run's state is differs.
+  far = copy.deepcopy(moved)
+  far["analyzers"]["m"] = _analyzer([mean * 1.001])
+  assert analyzers.compare(base, far, 100)["analyzers"][0]["verdict"] == "differs"
+  for edit in (lambda a: a.update(n=_analyzer([4], "int64")),
+               lambda a: a.update({"vocabulary/v": {"fingerprint": "v1", "lines": 3}}),
+               lambda a: a.pop("n"),
+               lambda a: a.update(m={"fingerprint": "big", "dtype": "float32", "shape": [99]})):
+    other = copy.deepcopy(moved)
+    edit(other["analyzers"])
+    assert analyzers.compare(base, other, 100)["state"] == "differs"
+  gone = copy.deepcopy(base)
+  del gone["analyzers"]["n"]
+  assert analyzers.compare(gone, base, 100)["analyzers"] == [
+      {"name": "n", "verdict": "production_only", "max_rel_diff": None, "tolerance": None,
+       "features": []}]
+  # A mean near 0 by cancellation: its noise is relative to itself, so it is strict.
+  tiny = copy.deepcopy(base)
+  tiny["analyzers"]["m"] = _analyzer([1e-9])
+  tiny2 = copy.deepcopy(tiny)
+  tiny2["analyzers"]["m"] = _analyzer([2e-9])
+  assert analyzers.compare(tiny, tiny2, 10**6)["state"] == "differs"

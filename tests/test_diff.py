@@ -24,7 +24,7 @@ from pipelines import common
 from pipelines.common import UsageError
 from replay import diff
 from tests.conftest import ROOT
-from transforms.spec import fingerprint
+from transforms.spec import feature_log, fingerprint
 
 TOTAL = 15002
 DIGEST_STAGES = ("raw", "parse", "window", "shard", "serialize", "transform")
@@ -72,6 +72,10 @@ def _rewrite(root, bucket, edit, parts=1):
     for i in range(parts):
       pq.write_table(rev.slice(cuts[i], cuts[i + 1] - cuts[i]),
                      path.replace(".parquet", f"-part-{i:06d}.parquet"))
+    # listed as a logger lists its parts
+    listed = entry["path"]
+    entry["parts"] = [listed.replace(".parquet", f"-part-{i:06d}.parquet") for i in range(parts)]
+    entry["path"] = listed.replace(".parquet", "*.parquet")  # the bucket's glob, as a logger
   entry["rows"] = table.num_rows
   entry["dropped"] = table.num_rows - table.column("dropped_stage").null_count
   for s in DIGEST_STAGES:
@@ -189,14 +193,16 @@ def test_changed_buckets_give_exact_counts(logs, tolerant):
   c = logs["changed"]
   noise = c["noise"]
   rec = r["records"]
-  assert code == 0  # (5 divergent + 5 one side) / 15002 < 0.001
+  assert code == 0  # (0 divergent + 5 one side) / 15002 < 0.001
   assert rec["offline"] == TOTAL and rec["production"] == TOTAL - 3
   assert rec["matched_keys"] == TOTAL - 5
   assert rec["offline_only"] == 5 and rec["production_only"] == 0
-  assert rec["divergent"] == 5 and rec["within_tolerance"] == noise
+  # The 5 window fingerprints changed, their transformed values did not: latent.
+  assert rec["divergent"] == 0 and rec["latent"] == 5 and rec["noise"] == noise
   assert rec["identical"] == TOTAL - 5 - 5 - noise
-  assert r["divergent_fraction"] == pytest.approx(10 / TOTAL)
+  assert r["divergent_fraction"] == pytest.approx(5 / TOTAL)
   assert {s: n for s, n in r["first_divergent_stage"].items() if n} == {"window": 5}
+  assert {s: n for s, n in r["reaches_model"].items() if n} == {}
   assert r["stages"]["window"]["mismatch"] == 5 and r["stages"]["shard"]["mismatch"] == 0
   assert r["stages"]["transform"]["mismatch"] == noise
   assert r["one_side_only"] == {"offline": {"absent": 3, "window": 2}, "production": {}}
@@ -204,50 +210,142 @@ def test_changed_buckets_give_exact_counts(logs, tolerant):
   fare = r["features"]["fare_z"]
   assert fare["within_tolerance"] == noise and fare["mismatch"] == 0
   assert fare["max_abs_delta"] == pytest.approx(c["noise_max"])
-  assert [s["key"] for s in r["samples"]["divergent"]] == _hash_order(c["window"])
-  assert {s["first_divergent_stage"] for s in r["samples"]["divergent"]} == {"window"}
+  assert [s["key"] for s in r["samples"]["latent"]] == _hash_order(c["window"])
+  assert {s["first_divergent_stage"] for s in r["samples"]["latent"]} == {"window"}
+  assert r["samples"]["divergent"] == []
   assert [(s["key"], s["reason"]) for s in r["samples"]["offline_only"]] == \
       [(k, "absent" if k in c["absent"] else "window")
        for k in _hash_order(c["absent"] + c["dropped"])]
   assert set(r["drift"]) == set(r["features"])
 
 
-def test_noise_without_tolerance_is_divergent_at_transform(logs):
-  code, r = _diff(logs["offline"], logs["production"], logs["dir"] / "strict")
+def test_noise_is_noise_at_the_defaults_and_divergent_at_transform_when_exact(logs):
   noise = logs["changed"]["noise"]
+  # 1e-6 relative on fare_z (float32) is within sqrt(N) * 2**-24 (N = the larger log's rows).
+  rows = max(_meta(logs[s])["log"]["rows"] for s in ("offline", "production"))
+  assert NOISE <= np.sqrt(rows) * 2.0 ** -24
+  code, r = _diff(logs["offline"], logs["production"], logs["dir"] / "defaults")
+  assert code == 1  # the 5 one-side-only records
+  assert r["records"]["noise"] == noise == r["noise"]["records"]
+  assert r["records"]["divergent"] == 0 and r["records"]["latent"] == 5
+  assert r["tolerance"]["default"]["noise"]["records"] == rows
+  assert r["analyzers"] == {"state": "equal", "records": rows, "analyzers": []}
+  assert r["noise"]["why"] and "float noise" in r["noise"]["why"][0]
+  code, r = _diff(logs["offline"], logs["production"], logs["dir"] / "strict",
+                  "--abs_tol", "0", "--rel_tol", "0")
   assert code == 1
   assert {s: n for s, n in r["first_divergent_stage"].items() if n} == \
       {"window": 5, "transform": noise}
-  assert r["records"]["divergent"] == 5 + noise and r["records"]["within_tolerance"] == 0
+  assert r["records"]["divergent"] == noise and r["records"]["noise"] == 0
+  assert r["records"]["latent"] == 5
   assert r["features"]["fare_z"]["mismatch"] == noise
-  assert r["divergent_fraction"] == pytest.approx((5 + noise + 5) / TOTAL)
+  assert r["divergent_fraction"] == pytest.approx((noise + 5) / TOTAL)
 
 
 def test_per_feature_tolerance_covers_its_feature_only(logs):
   noise = logs["changed"]["noise"]
-  _, r = _diff(logs["offline"], logs["production"], logs["dir"] / "per_feature",
-               "--tolerance", "fare_z=0:1e-5", "--tolerance", "trip_miles_z=0:1")
-  assert r["records"]["within_tolerance"] == noise and r["records"]["divergent"] == 5
+  _, r = _diff(logs["offline"], logs["production"], logs["dir"] / "per_feature", "--abs_tol",
+               "0", "--tolerance", "fare_z=0:1e-5", "--tolerance", "trip_miles_z=0:1")
+  assert r["records"]["noise"] == noise and r["records"]["divergent"] == 0
   assert r["tolerance"]["features"] == {"fare_z": {"abs": 0.0, "rel": 1e-5},
                                         "trip_miles_z": {"abs": 0.0, "rel": 1.0}}
   _, r = _diff(logs["offline"], logs["production"], logs["dir"] / "other_feature",
-               "--tolerance", "trip_miles_z=0:1")
-  assert r["records"]["within_tolerance"] == 0 and r["records"]["divergent"] == 5 + noise
+               "--abs_tol", "0", "--tolerance", "trip_miles_z=0:1")
+  assert r["records"]["noise"] == 0 and r["records"]["divergent"] == noise
 
 
-def test_equal_buckets_are_not_read(logs, tolerant):
-  """A corrupt and a missing file in buckets whose digests agree change nothing."""
-  prod = _copy(logs["production"], logs["dir"] / "broken")
-  meta = _meta(prod)
-  paths = {b["bucket"]: os.path.join(prod, b["path"]) for b in meta["log"]["buckets"]}
-  with open(paths[CORRUPT_BUCKET], "wb") as f:
+def _skipped_bucket_broken(logs, name, damage):
+  """The diff of the offline log against a copy of itself (every bucket equal, none read)
+  with damage(path of bucket CORRUPT_BUCKET's file, copy folder) applied."""
+  prod = _copy(logs["offline"], logs["dir"] / name)
+  entry = next(b for b in _meta(prod)["log"]["buckets"] if b["bucket"] == CORRUPT_BUCKET)
+  path = os.path.join(prod, entry["path"])
+  damage(path, prod)
+  return prod, path
+
+
+def _truncate(path, _):
+  with open(path, "r+b") as f:
+    f.truncate(os.path.getsize(path) - 10)
+
+
+def _overwrite(path, _):
+  with open(path, "wb") as f:
     f.write(b"not parquet at all")
-  os.remove(paths[DELETE_BUCKET])
-  code, r = _diff(logs["offline"], prod, logs["dir"] / "broken_out", "--rel_tol", "1e-5",
-                  "--max_divergent_fraction", "0.001")
-  assert code == tolerant[0]
-  assert r["records"] == tolerant[1]["records"]
-  assert r["buckets"]["compared"] == 3
+
+
+def _foreign(path, root):
+  shutil.copy(path, path.replace(".parquet", "-part-000000.parquet"))
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda path, _: os.remove(path), "is listed in run_metadata.json but missing"),
+    (_overwrite, "is not a readable Parquet file"),
+    (_truncate, "is not a readable Parquet file"),
+    (_foreign, "is not listed in run_metadata.json"),
+])
+def test_a_damaged_bucket_is_an_input_error_even_where_digests_agree(logs, damage, message):
+  """Buckets equal on every digest are not read, but each listed file must exist, whole (a
+  readable footer) and alone: a deleted, overwritten, truncated or foreign file is exit 2
+  naming it, never "no divergence"."""
+  name = getattr(damage, "__name__", "deleted").strip("_<>")
+  prod, path = _skipped_bucket_broken(logs, f"skipped_{name}", damage)
+  with pytest.raises(UsageError, match=message) as e:
+    diff.run(["--offline", logs["offline"], "--production", prod,
+              "--output_dir", str(logs["dir"] / f"skipped_{name}_out")])
+  assert os.path.basename(path).replace(".parquet", "") in str(e.value)
+  assert not (logs["dir"] / f"skipped_{name}_out").exists()
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: m["log"]["buckets"].pop(3), "log.rows is 15002 but its buckets hold"),
+    (lambda m: m["log"]["buckets"].append(dict(m["log"]["buckets"][3])), "listed twice"),
+    (lambda m: m["log"].update(rows=m["log"]["rows"] + 1), "log.rows is 15003"),
+    (lambda m: m["log"]["buckets"][0].update(dropped=10 ** 6), "dropped of"),
+])
+def test_run_metadata_whose_buckets_disagree_with_log_rows_is_an_input_error(logs, edit,
+                                                                             message):
+  prod = _copy(logs["offline"], logs["dir"] / ("meta_" + "".join(
+      c if c.isalnum() else "_" for c in message)))
+  meta = _meta(prod)
+  edit(meta)
+  _save_meta(prod, meta)
+  with pytest.raises(UsageError, match=message):
+    diff.run(["--offline", logs["offline"], "--production", prod,
+              "--output_dir", str(logs["dir"] / "meta_out")])
+
+
+def test_a_byte_flipped_inside_a_page_that_still_decodes_fails_its_checksum(logs):
+  """The job writes a CRC per page (feature_log.parquet_options). One bit of a float value
+  flipped in an uncompressed PLAIN page decodes as another value; the diff reading the bucket finds
+  the checksum wrong and stops: exit 2 naming the file, no report."""
+  prod = _copy(logs["offline"], logs["dir"] / "flipped")
+  meta = _meta(prod)
+  entry = next(b for b in meta["log"]["buckets"] if b["bucket"] == CORRUPT_BUCKET)
+  path = os.path.join(prod, entry["path"])
+  table = pq.read_table(path)
+  options = dict(feature_log.parquet_options(table.schema.names), use_dictionary=False)
+  pq.write_table(table, path, compression="NONE", **options)  # PLAIN floats, as they are
+  # The bucket is read when a digest differs: here its transform digest is edited.
+  digest = entry["digests"]["transform"]
+  entry["digests"]["transform"] = digest[:-1] + ("0" if digest[-1] != "0" else "1")
+  _save_meta(prod, meta)
+  group = pq.read_metadata(path).row_group(0)
+  chunk = next(group.column(i) for i in range(group.num_columns)
+               if group.column(i).path_in_schema == "value__fare_z")
+  last = chunk.data_page_offset + chunk.total_compressed_size - 1  # a value byte of the page
+  with open(path, "r+b") as f:
+    f.seek(last)
+    byte = f.read(1)
+    f.seek(last)
+    f.write(bytes([byte[0] ^ 0x01]))
+  flipped = pq.read_table(path).column("value__fare_z")  # still decodes, without the check
+  assert not flipped.equals(table.column("value__fare_z"))
+  with pytest.raises(common.DataError, match="not a readable Parquet file") as e:
+    diff.run(["--offline", logs["offline"], "--production", prod,
+              "--output_dir", str(logs["dir"] / "flipped_out")])
+  assert os.path.basename(path) in str(e.value)
+  assert not (logs["dir"] / "flipped_out" / "report.json").exists()
 
 
 def test_reports_are_identical_bytes_on_multi_processing(logs, tolerant):
@@ -274,7 +372,8 @@ def test_beam_counters(logs, tmp_path):
   found = result.metrics().query(MetricsFilter().with_namespace(diff.METRICS_NAMESPACE))
   counters = {c.key.metric.name: c.committed for c in found["counters"]}
   assert counters["buckets_compared"] == 3
-  assert counters["divergent"] == 5 + logs["changed"]["noise"]
+  assert counters["divergent"] == 0 and counters["latent"] == 5
+  assert counters["noise"] == logs["changed"]["noise"]
   assert counters["offline_only"] == 5
   read = sum(b["rows"] for b in _meta(logs["offline"])["log"]["buckets"]
              if b["bucket"] in (WINDOW_BUCKET, DROP_BUCKET, NOISE_BUCKET))
@@ -328,7 +427,8 @@ def test_a_missing_file_of_a_differing_bucket_is_a_usage_error(logs):
   meta = _meta(prod)
   entry = next(b for b in meta["log"]["buckets"] if b["bucket"] == NOISE_BUCKET)
   os.remove(os.path.join(prod, entry["path"]))
-  with pytest.raises(UsageError, match=f"bucket {NOISE_BUCKET} has .* but no file"):
+  with pytest.raises(UsageError, match=f"bucket-{NOISE_BUCKET:05d}-.* is listed in "
+                                      "run_metadata.json but missing"):
     diff.run(["--offline", logs["offline"], "--production", prod,
               "--output_dir", str(logs["dir"] / "missing_out")])
 
@@ -338,6 +438,7 @@ def test_log_and_metadata_out_of_step_is_a_usage_error(logs):
   meta = _meta(prod)
   entry = next(b for b in meta["log"]["buckets"] if b["bucket"] == DROP_BUCKET)
   entry["rows"] += 1
+  meta["log"]["rows"] += 1  # self-consistent metadata; the file holds one row fewer
   _save_meta(prod, meta)
   with pytest.raises(UsageError, match="out of step"):
     diff.run(["--offline", logs["offline"], "--production", prod,
@@ -441,3 +542,19 @@ def test_plan_names_analyze_only_when_the_analyzers_differ_but_their_definition_
                                      diff.DiffOptions, False)
   context = diff.plan_diff(common.flags_of(diff.DiffFlags, options, diff.DiffOptions)).context
   assert context.transform_stage == stage and not context.analyze_match
+
+
+def test_multi_processing_against_in_memory_features_is_not_divergent(taxi_features, tmp_path):
+  """The same features job on another DirectRunner mode: whatever float order it took, at the
+  defaults nothing is divergent or latent and the run passes; any record whose transform moved
+  is noise, counted from the logs here."""
+  off = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(os.path.join(
+      taxi_features["direct"], "feature_log", "*.parquet")))]).sort_by("key")
+  prod = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(os.path.join(
+      taxi_features["multi_processing"], "feature_log", "*.parquet")))]).sort_by("key")
+  moved = int(np.count_nonzero(off.column("fp_transform").to_numpy() !=
+                               prod.column("fp_transform").to_numpy()))
+  code, r = _diff(taxi_features["direct"], taxi_features["multi_processing"], tmp_path / "mp")
+  assert code == 0
+  assert r["records"]["divergent"] == 0 == r["records"]["latent"]
+  assert r["records"]["noise"] == moved and r["records"]["identical"] == TOTAL - moved

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -68,6 +69,31 @@ def _diff(offline, production, out, *flags):
     return code, json.load(f)
 
 
+def _reaches_model(off_root, prod_root, exact=False):
+  """Per matched key (sorted), whether what the model receives differs: fp_transform differs
+  and some feature differs beyond the float noise tolerance |p - o| <= t(1 + |o|),
+  t = sqrt(N) * 2**-24 (N the larger log's rows; docs/replay.md), or at all when `exact`.
+  Worked out here from the logs alone, independently of the diff."""
+  off, prod = _log(off_root), _log(prod_root)
+  tau = 0.0 if exact else np.sqrt(max(off.num_rows, prod.num_rows)) * 2.0 ** -24
+  kept = lambda t: t.filter(pc.is_null(t.column("dropped_stage")))
+  off, prod = kept(off), kept(prod)
+  prod = prod.filter(pc.is_in(prod.column("key"), value_set=off.column("key")))
+  off = off.filter(pc.is_in(off.column("key"), value_set=prod.column("key")))
+  assert off.column("key").equals(prod.column("key"))
+  differs = off.column("fp_transform").to_numpy() != prod.column("fp_transform").to_numpy()
+  bad = np.zeros(off.num_rows, bool)
+  for name in [n for n in off.schema.names if n.startswith("value__")]:
+    a, b = off.column(name), prod.column(name)
+    if pa.types.is_floating(a.type):
+      x, y = (c.to_numpy(zero_copy_only=False).astype(np.float64) for c in (a, b))
+      with np.errstate(invalid="ignore"):
+        bad |= ~((x == y) | (np.isnan(x) & np.isnan(y)) | (np.abs(y - x) <= tau * (1 + np.abs(x))))
+    else:
+      bad |= ~np.array(pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False))
+  return differs & bad
+
+
 def _ingest_shards(root):
   return pa.concat_tables([pq.read_table(p) for p in glob.glob(
       os.path.join(root, "parquet", "*.parquet"))])
@@ -108,12 +134,40 @@ def _run(keyed, name, profile=None, data=None, *args):
 def test_01_window_offset_changed_is_attributed_to_window(keyed):
   prod = _run(keyed, "p_window", _profile(keyed["dir"], "offset", windowing__offset_seconds=1800))
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_window")
+  # Every window start moves by half an hour: every record parts at the window stage; those
+  # whose window count (so their features) changed reach the model, the rest are latent.
+  model = int(_reaches_model(keyed["offline"], prod).sum())
+  assert 0 < model <= TOTAL
   assert code == 1
-  # Every window start moves by half an hour: every record parts at the window stage.
   assert r["records"]["matched_keys"] == TOTAL
   assert r["first_divergent_stage"]["window"] == TOTAL
-  assert r["records"]["divergent"] == TOTAL
+  assert r["records"]["divergent"] == model == r["reaches_model"]["window"]
+  assert r["records"]["latent"] == TOTAL - model
   assert "windowing.offset_seconds" in _causes(r, "window")
+
+
+def test_01b_window_offset_that_changes_no_count_is_latent_at_window(keyed):
+  """trip_start_timestamp lies on a 15-minute grid, so windows one minute earlier (offset
+  size - 60 s) move every window's bounds but group the same records: every record differs at
+  window, what the model receives does not (latent), exit 0 -- and 1 with --fail_on latent."""
+  log = _log(keyed["offline"])
+  assert (log.column("event_time").to_numpy() % 900 == 0).all()
+  with open(os.path.join(ROOT, "profiles", "offline.yaml")) as f:
+    size = yaml.safe_load(f)["windowing"]["size_seconds"]
+  assert size % 900 == 0
+  prod = _run(keyed, "p_window_latent",
+              _profile(keyed["dir"], "offset_latent", windowing__offset_seconds=size - 60))
+  assert int(_reaches_model(keyed["offline"], prod, exact=True).sum()) == 0
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_window_latent")
+  assert code == 0
+  assert r["first_divergent_stage"]["window"] == TOTAL == r["records"]["latent"]
+  assert r["records"]["divergent"] == 0 and r["reaches_model"]["window"] == 0
+  assert {c["records"] for c in r["suspected_causes"]
+          if c["field"] == "windowing.offset_seconds"} == {TOTAL}
+  assert {s["first_divergent_stage"] for s in r["samples"]["latent"]} == {"window"}
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_window_latent_fail", "--fail_on",
+                  "latent")
+  assert code == 1 and r["divergent_fraction"] == 1.0
 
 
 def test_02_shorter_allowed_lateness_drops_late_records_on_one_side(keyed):
@@ -152,9 +206,10 @@ def test_03_shard_hash_seed_changed_is_attributed_to_shard(keyed):
   assert 0 < moved < TOTAL
   prod = _run(keyed, "p_shard", _profile(keyed["dir"], "seed", sharding__hash_seed=7))
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_shard")
-  assert code == 1
   assert r["first_divergent_stage"]["shard"] == moved
-  assert r["records"]["divergent"] == moved
+  model = int(_reaches_model(keyed["offline"], prod).sum())
+  assert r["records"]["divergent"] == model and r["records"]["latent"] == moved - model
+  assert code == int(model > 0)
   assert r["records"]["identical"] == TOTAL - moved
   assert "sharding.hash_seed" in _causes(r, "shard")
 
@@ -178,9 +233,16 @@ def test_04_float32_serialization_in_production_is_attributed_to_serialize(keyed
                                        serialization__format="parquet",
                                        serialization__float_dtype="float32"))
   code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_f32")
-  assert code == 1
+  # What the model receives differs only where the float32 value changed a transformed one
+  # beyond float noise: the rest are latent, and fail the run only with --fail_on latent.
+  model = int(_reaches_model(keyed["offline64"], prod).sum())
+  assert code == int(model > 0)
   assert r["first_divergent_stage"]["serialize"] == n
-  assert r["records"]["divergent"] == n
+  assert r["records"]["divergent"] == model == r["reaches_model"]["serialize"]
+  assert r["records"]["latent"] == n - model > 0
+  code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_f32_latent", "--fail_on", "latent")
+  assert code == 1 and r["fail_on"] == "latent"
+  assert r["divergent_fraction"] == n / TOTAL
   assert _stages_before(r, "serialize") == {s: 0 for s in ("raw", "parse", "window", "shard")}
   assert "serialization.float_dtype" in _causes(r, "serialize")
 
@@ -199,7 +261,9 @@ def test_05_numeric_column_parsed_as_string_is_attributed_to_parse(keyed):
   n = len(miles) - miles.null_count
   prod = _run(keyed, "p_parse", None, data)
   code, r = _diff(keyed["offline"], prod, d / "d_parse")
-  assert code == 1
+  model = int(_reaches_model(keyed["offline"], prod).sum())
+  assert code == int(model > 0)
+  assert r["records"]["divergent"] == model and r["records"]["latent"] == n - model
   assert r["records"]["matched_keys"] == TOTAL
   assert r["first_divergent_stage"]["raw"] == 0
   assert r["first_divergent_stage"]["parse"] == n
@@ -241,6 +305,22 @@ def test_06_transform_fn_analyzed_on_other_data_is_attributed_to_analyze(keyed):
   assert r["first_divergent_stage"]["analyze"] == n == r["records"]["divergent"]
   assert any(c.startswith("analyze.analyzers.") for c in _causes(r, "analyze"))
   assert "analyze.definition" not in _causes(r, "transform")
+  # The analyzers that moved name the features they feed; a vocabulary-fed feature whose id
+  # moved shows its tokens: offline the record's own company, production the same company or
+  # none (not in the other vocabulary: an OOV id).
+  moved = {a["name"]: a["features"] for a in r["analyzers"]["analyzers"]}
+  assert moved["vocabulary/company"] == ["company_id"]
+  _, r = _diff(keyed["offline"], prod, d / "d_analyze_samples", "--samples", "200")
+  with open(keyed["csv"], newline="") as f:
+    company = {row["trip_id"]: row["company"] for row in csv.DictReader(f)}
+  shown = [(s["key"], s["tokens"]["company_id"]) for s in r["samples"]["divergent"]
+           if "company_id" in s.get("tokens", {})]
+  assert shown
+  assert any(company[key] for key, _ in shown)
+  for key, (offline_token, production_token) in shown:
+    # an empty company is not in the vocabulary: its id is the OOV bucket, with no token
+    assert offline_token == (company[key] or None)
+    assert production_token in (company[key] or None, None)
 
 
 def test_07_preprocessing_fn_bucket_count_changed_is_attributed_to_transform(keyed):
@@ -277,6 +357,49 @@ def test_08_raw_values_changed_upstream_are_attributed_to_raw(keyed):
   assert r["records"]["matched_keys"] == TOTAL
   assert r["first_divergent_stage"]["raw"] == len(changed) > 0
   assert "input.content_digest" in _causes(r, "raw")
+  # The samples at raw show the input on both sides, read from each side's dataset: fare, and
+  # only fare, differs, by the 1.00 added here. (The other records part at analyze: the fares
+  # moved the analyzers.)
+  _, r = _diff(keyed["offline"], prod, d / "d_raw_samples", "--samples", "1000")
+  with open(keyed["csv"], newline="") as f:
+    fares = {row["trip_id"]: row["fare"] for row in csv.DictReader(f)}
+  samples = [s for k in ("divergent", "latent") for s in r["samples"][k]
+             if s["first_divergent_stage"] == "raw"]
+  assert samples and {s["key"] for s in samples} <= {str(i) for i in changed}
+  for s in samples:
+    assert s["input_differs"] == ["fare"]
+    assert s["input"]["fare"] == [float(fares[s["key"]]),
+                                  float(f"{float(fares[s['key']]) + 1:.2f}")]
+    assert s["input"]["trip_id"] == [s["key"], s["key"]]
+
+
+def test_08b_event_time_an_hour_off_in_serving_is_raw_with_both_times_shown(keyed):
+  """Serving wrote the event time in local time (UTC+1) for every 40th record: those records
+  part at raw; the samples name the event-time column as the input that differs and show both
+  event times and windows."""
+  d = keyed["dir"]
+  changed = {}
+
+  def edit(i, row):
+    if i % 40 == 0:
+      changed[str(i)] = int(row["trip_start_timestamp"])
+      row["trip_start_timestamp"] = str(changed[str(i)] + 3600)
+
+  data = ingest(d / "ingest_local_time", "--num_shards", "4", "--schema", TAXI_SCHEMA,
+                "--key_columns", "trip_id", inputs=_write_csv(d / "taxi_local_time.csv", edit))
+  prod = _run(keyed, "p_local_time", None, data)
+  code, r = _diff(keyed["offline"], prod, d / "d_local_time", "--samples", "1000")
+  assert code == 1
+  # (Other records follow: the windows' counts and the analyzers moved with the event times.)
+  assert r["first_divergent_stage"]["raw"] == len(changed)
+  samples = [s for k in ("divergent", "latent") for s in r["samples"][k]
+             if s["first_divergent_stage"] == "raw"]
+  assert samples and {s["key"] for s in samples} <= set(changed)
+  for s in samples:
+    t = changed[s["key"]]
+    assert s["input_differs"] == ["trip_start_timestamp"]
+    assert s["input"]["trip_start_timestamp"] == [t, t + 3600]
+    assert s["when"]["event_time"] == [t, t + 3600]
 
 
 def test_09_float_noise_within_tolerance_is_not_divergent(keyed):
@@ -285,10 +408,14 @@ def test_09_float_noise_within_tolerance_is_not_divergent(keyed):
   assert changed > 0
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_noise", "--rel_tol", "1e-6")
   assert code == 0
-  assert r["records"]["within_tolerance"] == changed
+  assert r["records"]["noise"] == changed
   assert r["records"]["divergent"] == 0
-  # The same noise with no tolerance: divergent, at the transform stage (analyzers equal).
-  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_noise0")
+  # At the defaults too: 1e-7 relative is within float32 noise over the log's records.
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_noise_default")
+  assert code == 0 and r["records"]["noise"] == changed
+  # The same noise compared exactly: divergent, at the transform stage (analyzers equal).
+  code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_noise0", "--abs_tol", "0",
+                  "--rel_tol", "0")
   assert code == 1
   assert r["first_divergent_stage"]["transform"] == changed == r["records"]["divergent"]
 
@@ -309,8 +436,11 @@ def test_11_two_faults_at_once_are_attributed_to_the_earlier_stage(keyed):
   prod = _run(keyed, "p_two", _profile(keyed["dir"], "two", sharding__hash_seed=7,
                                        serialization__format="parquet",
                                        serialization__float_dtype="float32"))
-  code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_two")
+  code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_two", "--fail_on", "latent")
   assert code == 1
+  model = int(_reaches_model(keyed["offline64"], prod).sum())
+  assert r["records"]["divergent"] == model
+  assert r["records"]["latent"] == int((moved | f32).sum()) - model
   assert r["first_divergent_stage"]["shard"] == int(moved.sum())
   assert r["first_divergent_stage"]["serialize"] == int((~moved & f32).sum())
   assert {"sharding.hash_seed"} <= _causes(r, "shard")

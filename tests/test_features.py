@@ -108,12 +108,13 @@ def test_analyze_stage_fingerprints_each_analyzer_output(taxi_features, taxi_run
   import pyarrow as pa
   import pyarrow.parquet as pq
   import tensorflow_transform as tft
-  from transforms.spec import fingerprint
+  from transforms.spec import feature_log, fingerprint
   root = taxi_features["direct"]
   analyze = json.load(open(os.path.join(root, "run_metadata.json")))["analyze"]["analyzers"]
   out = tft.TFTransformOutput(os.path.join(root, "transform_fn"))
   with open(out.vocabulary_file_by_name("payment_type"), "rb") as f:
     vocab = f.read()
+  assert feature_log.ASSETS_DIR[0] == tft.TFTransformOutput.TRANSFORM_FN_DIR
   assert analyze["vocabulary/payment_type"]["fingerprint"] == \
       f"{fingerprint.fingerprint_record({'value': vocab}):016x}"
   # One z-score mean is the mean of trip_miles as TFT saw it (after the float32 round trip).
@@ -126,6 +127,19 @@ def test_analyze_stage_fingerprints_each_analyzer_output(taxi_features, taxi_run
   assert min(abs(m - miles.mean()) for m in means) < 1e-5 * abs(miles.mean())
   boundaries = [a for name, a in analyze.items() if name.startswith("bucketize")]
   assert len(boundaries) == 4 and all(b["shape"] == [1, 9] for b in boundaries)
+  # Each analyzer names the output features it feeds: the mean closest to trip_miles' feeds
+  # trip_miles_z, each z-score's mean and its sqrt feed the same one feature, each vocabulary
+  # its *_id feature, each bucketize one *_bucket feature (transforms/features/taxi.py).
+  closest = min((abs(a["values"][0] - miles.mean()), name) for name, a in analyze.items()
+                if name.startswith("scale_to_z_score") and name.endswith("_sub_y"))[1]
+  assert analyze[closest]["features"] == ["trip_miles_z"]
+  assert analyze[closest.replace("_sub_y", "_sqrt_x")]["features"] == ["trip_miles_z"]
+  assert analyze["vocabulary/payment_type"]["features"] == ["payment_type_id"]
+  assert analyze["vocabulary/company"]["features"] == ["company_id"]
+  fed = sorted(f for name, a in analyze.items() if name.startswith("bucketize")
+               for f in a["features"])
+  assert fed == sorted(f"{p}_{c}_bucket" for p in ("pickup", "dropoff")
+                       for c in ("latitude", "longitude"))
 
 
 def _bad_profile(tmp_path):

@@ -311,25 +311,53 @@ def test_a_preset_or_json_flag_for_another_format_is_a_usage_error(tmp_path, fla
   assert not (tmp_path / "out").exists()
 
 
-def test_another_ingest_shard_count_is_named_as_a_cause_at_analyze(taxi_runs, taxi_features,
-                                                                   tmp_path):
+def _feature_log(root):
+  return pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
+      os.path.join(root, "feature_log", "*.parquet")))]).sort_by("key")
+
+
+def test_another_ingest_shard_count_is_float_noise_named_at_analyze(taxi_runs, taxi_features,
+                                                                    tmp_path):
   """The same CSV ingested into 3 shards instead of 4: the content is identical, TFT's float
-  analyzers may move in their last bits (the order of their sums follows the shards). Whatever
-  the records do, the diff names the shard count among the suspected causes, at analyze."""
+  analyzers move in their last bits (the order of their sums follows the shards). At the
+  defaults every record whose transform moved is noise (0 divergent, exit 0), the analyzers
+  are named as noise and the shard count as the cause at analyze; --abs_tol 0 --rel_tol 0
+  makes the same records divergent at analyze."""
   from replay import diff
   data = ingest(tmp_path / "d", "--num_shards", "3", "--schema", TAXI_SCHEMA)
   assert _manifest(data)["content_digest"] == _manifest(taxi_runs["direct"])["content_digest"]
   prod = features(data, tmp_path / "f")
   with open(os.path.join(prod, "run_metadata.json"), encoding="utf-8") as f:
     assert json.load(f)["source"] == {"format": "csv", "num_shards": 3, "schema": "file"}
-  diff.run(["--offline", taxi_features["direct"], "--production", prod,
-            "--output_dir", str(tmp_path / "diff")])
+  off_log, prod_log = _feature_log(taxi_features["direct"]), _feature_log(prod)
+  assert off_log.column("key").equals(prod_log.column("key"))
+  for stage in ("raw", "parse", "window", "shard", "serialize"):
+    assert off_log.column(f"fp_{stage}").equals(prod_log.column(f"fp_{stage}")), stage
+  moved = int(np.count_nonzero(off_log.column("fp_transform").to_numpy() !=
+                               prod_log.column("fp_transform").to_numpy()))
+  total = off_log.num_rows
+  assert 0 < moved <= total
+  code = diff.run(["--offline", taxi_features["direct"], "--production", prod,
+                   "--output_dir", str(tmp_path / "diff")])
   with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
     report = json.load(f)
+  assert code == 0 == report["exit_code"]
+  assert report["records"]["divergent"] == 0 == report["records"]["latent"]
+  assert report["records"]["noise"] == moved == report["noise"]["records"]
+  assert report["records"]["identical"] == total - moved
+  assert report["analyzers"]["state"] == "noise" and report["analyzers"]["analyzers"]
+  assert any("reduction-order noise" in why for why in report["noise"]["why"])
   named = [(c["stage"], c["field"], c["offline"], c["production"])
            for c in report["suspected_causes"]]
   assert ("analyze", "source.num_shards", 4, 3) in named
   assert not [c for c in named if c[1] in ("source.format", "source.schema", "runner")]
+  # Exact comparison stays available: the same records are divergent at analyze.
+  code = diff.run(["--offline", taxi_features["direct"], "--production", prod,
+                   "--output_dir", str(tmp_path / "exact"), "--abs_tol", "0", "--rel_tol", "0"])
+  with open(tmp_path / "exact" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  assert code == 1
+  assert report["first_divergent_stage"]["analyze"] == moved == report["records"]["divergent"]
 
 
 def test_a_first_log_without_examples_is_a_rejected_row_and_damaged_framing_an_input_error(

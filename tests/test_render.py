@@ -1,7 +1,7 @@
 """replay.render on hand-made report dicts: structure, escaping, self-containment, size, determinism."""
 import re
 
-from replay import render
+from replay import charts, render
 
 STAGES = ["raw", "parse", "window", "shard", "serialize", "analyze", "transform"]
 
@@ -40,7 +40,7 @@ def build_report(n_features=3, divergent_by_stage=None, exit_code=None, names=No
       "max_divergent_fraction": threshold,
       "records": {"offline": matched, "production": matched, "matched_keys": matched,
                   "offline_only": 0, "production_only": 0, "dropped_both": 0,
-                  "identical": matched - divergent, "within_tolerance": 0,
+                  "identical": matched - divergent, "noise": 0, "latent": 0,
                   "divergent": divergent, "duplicate_keys_offline": 0,
                   "duplicate_keys_production": 0},
       "divergent_fraction": fraction,
@@ -217,9 +217,9 @@ def test_trend_chart_plots_the_last_thirty_nights_in_date_order():
   dates = [d for _, d in nights]
   assert dates == sorted(dates) and dates[0] == "2025-02-04" and dates[-1] == "2025-03-05"
   colors = dict((d, c) for c, d in nights)
-  assert colors["2025-02-10"] == render.STATUS_COLORS[0]
-  assert colors["2025-02-25"] == render.STATUS_COLORS[1]
-  assert colors["2025-03-01"] == render.STATUS_COLORS[2]
+  assert colors["2025-02-10"] == charts.STATUS_COLORS[0]
+  assert colors["2025-02-25"] == charts.STATUS_COLORS[1]
+  assert colors["2025-03-01"] == charts.STATUS_COLORS[2]
   assert 'class="threshold"' in page
   assert "Last 30 nights" in page and "Last 30 nights" not in render.render_html(build_report())
 
@@ -295,3 +295,37 @@ def test_served_mismatches_are_named_in_the_text_summary():
   assert f"served {name}: 6 records the model got another value for (2 within tolerance)" in text
   other = sorted(report["features"])[1]
   assert f"served {other}:" not in text
+
+
+def test_the_verdict_and_what_differs_come_first_with_a_worked_example():
+  report = build_report(n_features=2, divergent_by_stage={"window": 20})
+  report["reaches_model"] = {s: 0 for s in render.STAGES}
+  report["reaches_model"]["window"] = 5
+  report["unexplained"] = []
+  report["samples"]["divergent"][0]["when"] = {"event_time": [1414092600, 1414092600],
+                                               "window_start": [1414090800, 1414090740]}
+  page = render.render_html(report)
+  order = [page.index(s) for s in ('id="verdict"', 'id="what-differs"', "<h2>Divergence by",
+                                   "<h2>Suspected causes", "<h2>Records", "<h2>Samples")]
+  assert order == sorted(order)
+  block = page[page.index('id="what-differs"'):page.index("</div>", page.index('id="what-d'))]
+  assert "<strong>window</strong>: 20 records first differ here — 5 reach the model, 15 latent" \
+      in block
+  assert "offset_seconds 0 → 1800" in block
+  assert "Worked example" in block and report["samples"]["divergent"][0]["key"] in block
+  # the event time shown once (equal), the window start on both sides, as UTC
+  assert "event_time: 2014-10-23T19:30:00Z" in block
+  assert "window_start: 2014-10-23T19:00:00Z → 2014-10-23T18:59:00Z" in block
+  # a stage no configuration explains says so
+  report["suspected_causes"], report["unexplained"] = [], [
+      {"stage": "window", "records": 20, "note": "not explained by configuration"}]
+  assert "not explained by configuration" in render.render_html(report)
+
+
+def test_floats_are_shown_with_the_digits_that_tell_them_apart_and_long_tables_fold():
+  assert render._to_difference(1.2345678, 1.2345679) == ("1.2345678", "1.2345679")
+  assert render._to_difference(0.5, 0.25) == ("0.5", "0.25")
+  assert render._to_difference(3, "x") == ("3", "x")
+  rows = [[i] for i in range(render.COLLAPSE_ROWS + 1)]
+  assert render._table(["n"], rows).startswith("<details><summary>")
+  assert not render._table(["n"], rows[:-1]).startswith("<details>")

@@ -15,6 +15,11 @@ Each output's fingerprint is transforms.spec.fingerprint of {"dtype", "shape", "
 what the data gave. A diff tells "analyzed on other data" (values differ, definition equal)
 from "a changed preprocessing_fn" (definition differs).
 
+Each analyzer entry also names the output features it feeds ("features"): the outputs whose
+value depends, through data edges of the transform function, on the analyzer's captured tensor
+(a vocabulary: on the lookup table its file initialises, matched by the table's exported keys
+and the file's lines). The diff ties an analyzer that moved to the features it moves.
+
 A run that transforms with a given transform_fn (pipelines.features --transform_fn_dir) records
 these same fingerprints, read the same way from its copy of that transform_fn, and also the
 folder's content_digest: which artifacts, byte for byte, it replayed.
@@ -26,24 +31,51 @@ import numpy as np
 
 from transforms.spec import fingerprint
 
-__all__ = ["analyzer_outputs", "analyze_fingerprints", "content_digest", "DIGEST_FORMAT"]
+__all__ = ["analyzer_outputs", "analyze_fingerprints", "content_digest", "DIGEST_FORMAT",
+           "feeds", "VOCABULARY"]
 
 _UID = re.compile(r"_\d+$")
 _SMALL = 64  # outputs with at most this many values are kept in the run metadata
 DIGEST_FORMAT = "sha256:"  # content_digest's tag (a format change gets a new tag)
+VOCABULARY = "vocabulary/"  # the name prefix of a vocabulary file's analyzer
 _DIGEST_SALT = b"skewtrace.transform_fn/1"
 
 
-def _capture_names(concrete):
-  """Names of the captured inputs of a loaded signature, from its inner function's arguments."""
+def _inner_function(concrete):
+  """The FunctionDef the loaded signature calls (its one (Stateful)PartitionedCall)."""
   graph_def = concrete.graph.as_graph_def()
   calls = [n for n in graph_def.node if n.op in ("StatefulPartitionedCall", "PartitionedCall")]
   if len(calls) != 1:
     raise ValueError(f"unexpected transform_fn graph: {len(calls)} function calls")
   fname = calls[0].attr["f"].func.name
-  fdef = next(f for f in graph_def.library.function if f.signature.name == fname)
+  return next(f for f in graph_def.library.function if f.signature.name == fname)
+
+
+def _capture_names(concrete, fdef=None):
+  """Names of the captured inputs of a loaded signature, from its inner function's arguments."""
+  fdef = fdef or _inner_function(concrete)
   n = len(concrete.captured_inputs)
   return [a.name for a in fdef.signature.input_arg][len(fdef.signature.input_arg) - n:]
+
+
+def _load(transform_fn_dir):
+  import tensorflow as tf
+  import tensorflow_transform as tft
+  # The saved function inside TFT's output folder, where tft.TFTransformOutput puts it. Paths
+  # through tf.io.gfile, so a transform_fn on gs:// reads as a local one.
+  model_dir = _join(transform_fn_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR)
+  return model_dir, tf.saved_model.load(model_dir).signatures["serving_default"]
+
+
+def _labels(names):
+  """Capture argument names -> analyzer labels: TensorFlow's unique-id suffix removed,
+  duplicates numbered in order (name, name#2, ...)."""
+  out, seen = [], {}
+  for name in names:
+    base = _UID.sub("", name)
+    seen[base] = seen.get(base, 0) + 1
+    out.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+  return out
 
 
 def analyzer_outputs(transform_fn_dir):
@@ -52,26 +84,86 @@ def analyzer_outputs(transform_fn_dir):
   value: a numpy array (numeric analyzers) or bytes (a vocabulary file).
   """
   import tensorflow as tf
-  import tensorflow_transform as tft
-  # The saved function inside TFT's output folder, where tft.TFTransformOutput puts it. Paths
-  # through tf.io.gfile, so a transform_fn on gs:// reads as a local one.
-  model_dir = _join(transform_fn_dir, tft.TFTransformOutput.TRANSFORM_FN_DIR)
-  loaded = tf.saved_model.load(model_dir)
-  concrete = loaded.signatures["serving_default"]
-  out, seen = [], {}
-  for name, tensor in zip(_capture_names(concrete), concrete.captured_inputs):
-    if tensor.dtype == tf.resource:  # lookup tables: their vocabulary file is fingerprinted
-      continue
-    base = _UID.sub("", name)
-    seen[base] = seen.get(base, 0) + 1
-    label = base if seen[base] == 1 else f"{base}#{seen[base]}"
-    out.append((label, np.asarray(tensor.numpy())))
-  assets = _join(model_dir, "assets")
-  if tf.io.gfile.isdir(assets):
-    for fname in sorted(tf.io.gfile.listdir(assets)):
-      with tf.io.gfile.GFile(_join(assets, fname), "rb") as f:
-        out.append((f"vocabulary/{fname}", f.read()))
+  model_dir, concrete = _load(transform_fn_dir)
+  labels = _labels(_capture_names(concrete))
+  out = [(label, np.asarray(tensor.numpy()))
+         for label, tensor in zip(labels, concrete.captured_inputs)
+         if tensor.dtype != tf.resource]  # lookup tables: their vocabulary file is fingerprinted
+  for fname, data in _assets(model_dir):
+    out.append((f"{VOCABULARY}{fname}", data))
   return sorted(out, key=lambda kv: kv[0].encode("utf-8"))
+
+
+def _assets(model_dir):
+  import tensorflow as tf
+  assets = _join(model_dir, "assets")
+  if not tf.io.gfile.isdir(assets):
+    return []
+  out = []
+  for fname in sorted(tf.io.gfile.listdir(assets)):
+    with tf.io.gfile.GFile(_join(assets, fname), "rb") as f:
+      out.append((fname, f.read()))
+  return out
+
+
+def _data_inputs(fdef, ref, inputs, seen):
+  """Adds to `seen` every node and argument `ref` depends on through data edges."""
+  stack, nodes = [ref], {n.name: n for n in fdef.node_def}
+  while stack:
+    name = stack.pop().split(":")[0]
+    if name in seen:
+      continue
+    seen.add(name)
+    if name not in inputs:
+      stack += [i for i in nodes[name].input if not i.startswith("^")]
+
+
+def _table_file(tensor, assets):
+  """The asset file a vocabulary lookup table was initialised from: the one whose lines are the
+  table's keys in the order of its values; None when no file matches (or not a string table)."""
+  import tensorflow as tf
+  try:
+    keys, values = tf.raw_ops.LookupTableExportV2(table_handle=tensor, Tkeys=tf.string,
+                                                   Tvalues=tf.int64)
+  except (tf.errors.OpError, TypeError, ValueError):
+    return None
+  order = np.argsort(values.numpy(), kind="stable")
+  tokens = [keys.numpy()[i] for i in order]
+  for fname, data in assets:
+    if data.splitlines() == tokens:
+      return f"{VOCABULARY}{fname}"
+  return None
+
+
+def feeds(transform_fn_dir):
+  """{analyzer name: [the output features it feeds, sorted]} of a transform_fn: an output
+  feeds on an analyzer when its value depends on the analyzer's captured tensor through data
+  edges of the transform function (a vocabulary: through the lookup table its file
+  initialises). Outputs are named as TFT's output signature names them."""
+  import tensorflow as tf
+  model_dir, concrete = _load(transform_fn_dir)
+  fdef = _inner_function(concrete)
+  names = _capture_names(concrete, fdef)
+  labels = dict(zip(names, _labels(names)))
+  tables, assets = {}, _assets(model_dir)
+  for name, tensor in zip(names, concrete.captured_inputs):
+    if tensor.dtype == tf.resource:
+      tables[name] = _table_file(tensor, assets)
+  inputs = {a.name for a in fdef.signature.input_arg}
+  out = {}
+  # The signature's outputs are its structured outputs flattened in key order; each is the
+  # Identity of one output of the call, which is one of the inner function's return values.
+  for feature, tensor in zip(sorted(concrete.structured_outputs), concrete.outputs):
+    src = tensor.op.inputs[0] if tensor.op.inputs else tensor
+    while src.op.type == "Identity" and src.op.inputs:
+      src = src.op.inputs[0]
+    seen = set()
+    _data_inputs(fdef, fdef.ret[fdef.signature.output_arg[src.value_index].name], inputs, seen)
+    for name in seen & set(names):
+      label = tables.get(name) if name in tables else labels[name]
+      if label:
+        out.setdefault(label, set()).add(feature)
+  return {k: sorted(v) for k, v in sorted(out.items())}
 
 
 def _join(*parts):
@@ -116,6 +208,7 @@ def analyze_fingerprints(transform_fn_dir):
   """The analyze stage of a transform_fn, as the run metadata carries it:
   {"fingerprint": hex, "definition": hex, "analyzers": {name: {"fingerprint": hex, ...}}}."""
   analyzers, whole, definition = {}, {}, {}
+  fed = feeds(transform_fn_dir)
   for name, value in analyzer_outputs(transform_fn_dir):
     record = _record(value)
     fp = fingerprint.fingerprint_record(record)
@@ -128,8 +221,10 @@ def analyze_fingerprints(transform_fn_dir):
       if len(record["value"]) <= _SMALL and record["dtype"] != "object":
         entry["values"] = record["value"]
       definition[name] = f"{record['dtype']}{record['shape']}"
-    analyzers[name] = entry
     whole[name] = entry["fingerprint"]
+    if name in fed:  # not in the fingerprints: which features an analyzer feeds is evidence
+      entry["features"] = fed[name]
+    analyzers[name] = entry
   return {"fingerprint": f"{fingerprint.fingerprint_record(whole):016x}",
           "definition": f"{fingerprint.fingerprint_record(definition):016x}",
           "analyzers": analyzers}

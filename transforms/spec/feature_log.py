@@ -24,16 +24,20 @@ from transforms.spec import fingerprint
 from transforms.spec.key import key_hash
 from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
 
-__all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
+__all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
            "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON", "HEAD",
            "STAGE_COLUMNS", "fp_column", "value_column", "served_column", "feature_fp_column",
            "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
            "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
+           "parquet_options", "read_options",
            "log_hash", "bucket_of", "buckets_of", "bucket_path", "bucket_glob", "part_path",
            "is_part_file", "transformed_path", "passthrough_columns", "passthrough_types",
            "stage_digests"]
 
 LOG_DIR, TRANSFORMED_DIR, TRANSFORM_FN_DIR = "feature_log", "transformed", "transform_fn"
+# Inside a transform_fn folder: TFT's saved function (tft.TFTransformOutput.TRANSFORM_FN_DIR)
+# and its SavedModel assets, where vocabulary files live.
+ASSETS_DIR = ("transform_fn", "assets")
 LOG_SEED = 0x5EED
 KEY, EVENT_TIME, WINDOW_START, WINDOW_END, SHARD_ID = (
     "key", "event_time", "window_start", "window_end", "shard_id")
@@ -127,6 +131,18 @@ def dictionary_columns(names):
   30 ms instead of 42 and takes 6.3 MB instead of 6.8)."""
   unique = {KEY} | {fp_column(s) for s in FP_STAGES}
   return [n for n in names if n not in unique]
+
+
+def parquet_options(names):
+  """pyarrow.parquet.write_table options of every feature-log file, job and logger alike: the
+  dictionary columns, and a CRC-32 checksum per page, so a flipped byte in a page that still
+  decodes is an error where the log is read (read_options), not another value."""
+  return {"use_dictionary": dictionary_columns(names), "write_page_checksum": True}
+
+
+def read_options():
+  """pyarrow.parquet.read_table options of a feature-log reader: page checksums verified."""
+  return {"page_checksum_verification": True}
 
 
 def log_hash(keys):

@@ -36,7 +36,7 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
                                          EVENT_TIME, HEAD, KEY as LOG_KEY, SHARD_ID as LOG_SHARD_ID,
                                          STAGE_COLUMNS, WINDOW_END as LOG_WINDOW_END,
                                          WINDOW_START as LOG_WINDOW_START, bucket_path,
-                                         buckets_of, cast_served, dictionary_columns, fp_column,
+                                         buckets_of, cast_served, fp_column, parquet_options,
                                          feature_fp_column, log_hash, model_inputs,
                                          passthrough_columns, served_column, served_of,
                                          stage_digests, transformed_path, value_column)
@@ -308,7 +308,7 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths):
   if names is not None:
     _write_transformed(temp_dir, num_buckets, bucket, log, names)
   sink = pa.BufferOutputStream()
-  pq.write_table(log, sink, use_dictionary=dictionary_columns(log.schema.names))
+  pq.write_table(log, sink, **parquet_options(log.schema.names))
   path = bucket_path(bucket, num_buckets)
   with FileSystems.create(FileSystems.join(temp_dir, path)) as f:
     f.write(memoryview(sink.getvalue()))

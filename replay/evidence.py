@@ -1,0 +1,78 @@
+"""Evidence in values: the input columns of sampled records, on both sides, from their datasets.
+
+A record that first differs at `raw` or `parse` differs in its input, and the feature log holds
+fingerprints of that input, not the input. Each side's run metadata names its input folder
+(`input.dir`); where that is an ingest dataset (a manifest beside its Parquet shards), the
+sampled records are read from it by key (a filter on the key column, so only the samples'
+rows become Python values) and every sample gains
+  input          {column: [offline value, production value]} of the record's columns
+  input_differs  the columns whose values differ, in schema order
+A side whose input is not an ingest dataset (a production logger fed by serving) shows null.
+Dates and times are shown as ISO-8601 text; values are never rounded here.
+"""
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines import dataset
+from replay import kernels
+from transforms.spec import dataset as dataset_spec
+from transforms.spec.stages import KEY
+
+__all__ = ["INPUT_STAGES", "attach"]
+
+INPUT_STAGES = ("raw", "parse")  # a record first differing here differs in its input
+_PARQUET = "parquet"
+
+
+def _rows(input_dir, keys):
+  """{key: {column: value}} of the records with those keys in an ingest dataset, with its
+  record columns in schema order; ({}, []) when the folder is not an ingest dataset."""
+  try:
+    manifest = dataset.load_manifest(input_dir) if input_dir else None
+  except (OSError, ValueError):
+    manifest = None
+  if not manifest or not keys:
+    return {}, []
+  columns = [name for name, _ in dataset_spec.record_columns(manifest)]
+  wanted = pa.array(sorted(keys), pa.large_string())
+  found = {}
+  for shard in manifest.get("shards", []):
+    if shard.get("format") != _PARQUET:
+      continue
+    with FileSystems.open(FileSystems.join(input_dir, shard["path"]),
+                          compression_type="uncompressed") as f:
+      table = pq.read_table(f, columns=[KEY] + columns)
+    table = table.filter(pc.is_in(table.column(KEY).cast(pa.large_string()), value_set=wanted))
+    for row in table.to_pylist():
+      found[row.pop(KEY)] = row
+  return found, columns
+
+
+def _text(v):
+  return v.isoformat() if hasattr(v, "isoformat") else kernels.jsonable(v)
+
+
+def attach(report, input_dirs):
+  """report with the input columns of its raw/parse samples (divergent and latent) on each
+  side; input_dirs: {side: the run metadata's input.dir}."""
+  kinds = ("divergent", "latent")
+  keys = {s["key"] for k in kinds for s in report["samples"].get(k, [])
+          if s["first_divergent_stage"] in INPUT_STAGES}
+  if not keys:
+    return report
+  off, off_cols = _rows(input_dirs.get("offline"), keys)
+  prod, prod_cols = _rows(input_dirs.get("production"), keys)
+  columns = off_cols + [c for c in prod_cols if c not in off_cols]
+  if not columns:
+    return report
+  for kind in kinds:
+    for sample in report["samples"].get(kind, []):
+      if sample["first_divergent_stage"] not in INPUT_STAGES:
+        continue
+      a, b = off.get(sample["key"], {}), prod.get(sample["key"], {})
+      values = {c: [_text(a.get(c)), _text(b.get(c))] for c in columns}
+      sample["input"] = values
+      sample["input_differs"] = [c for c in columns if values[c][0] != values[c][1]]
+  return report
