@@ -1,4 +1,5 @@
-"""Verify: re-checks a dataset folder against its manifest.
+"""Verify: re-checks a dataset folder against its manifest (`skewtrace verify` also takes a
+feature-log folder: replay/verify_log.py).
 
   python -m pipelines.verify DIR
 
@@ -20,7 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 import manifests
 from pipelines import common, dataset
 from transforms.codec import tfrecord
-from transforms.spec import fingerprint, schema
+from transforms.spec import fingerprint, run_metadata, schema
 from transforms.spec.dataset import record_columns
 from transforms.spec.stages import KEY, PARSE_FP as FP, RAW_FP
 
@@ -117,9 +118,13 @@ def run(argv=None):
     raise common.HelpRequested(
         "usage: python -m pipelines.verify DIR\n\nChecks an ingest dataset folder against its "
         "manifest.json: every shard's sha256, row count and decoded-value digest, and the "
-        "content digest.\nExit 0 intact, 1 damaged (each problem printed), 2 usage error.")
+        "content digest. (A feature-log folder: skewtrace verify.)\nExit 0 intact, 1 damaged "
+        "(each problem printed), 2 usage error.")
   if len(argv) != 1 or argv[0].startswith("-"):
     raise common.UsageError("usage: python -m pipelines.verify DIR")
+  if FileSystems.exists(FileSystems.join(argv[0], run_metadata.FILE)):
+    raise common.UsageError(f"{argv[0]} is a feature log, not an ingest dataset: skewtrace "
+                            f"verify {argv[0]} (or python -m replay.verify_log) checks it")
   problems = verify(argv[0])
   for p in problems:
     print(f"DAMAGED {p}")

@@ -11,9 +11,11 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
   render    text and HTML renderers of a report;  charts  its SVG charts and formatters
   analyzers the analyze stage compared numerically under float noise
   evidence  the input columns of sampled records, from each side's dataset
+  verify_log  a feature log's every row re-read and re-fingerprinted against its metadata
   logger    the production-side feature logger;  log_rows  its per-record stage rules;
             log_files  its part and staging primitives
   check     the nightly skew check;  cli  the skewtrace console script
 """
 __all__ = ["analyzers", "charts", "check", "cli", "compare", "diff", "drift", "evidence", "kernels",
-           "log_files", "log_rows", "logger", "metadata", "model", "render", "rerun", "tolerance"]
+           "log_files", "log_rows", "logger", "metadata", "model", "render", "rerun", "tolerance",
+           "verify_log"]

@@ -21,7 +21,8 @@ SUBCOMMANDS = {
                                    "manifest and dead letters."),
     "features": ("pipelines.features", "TF Transform features over an ingest dataset, with a "
                                        "fingerprint of every record after every stage."),
-    "verify": ("pipelines.verify", "Check an ingest dataset against its manifest."),
+    "verify": ("replay.verify_log", "Check an ingest dataset against its manifest, or a "
+                                    "feature log row by row against its run metadata."),
     "diff": ("replay.diff", "Diff offline vs production feature logs; name each record's "
                             "first divergent stage."),
     "rerun": ("replay.rerun", "Ingest a CSV snapshot, run features under two profiles, and "

@@ -30,7 +30,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from replay import analyzers as analyzer_diff
-from replay import compare, evidence, metadata, model, render, tolerance as tolerances
+from replay import compare, evidence, metadata, model, render, tolerance as tolerances, verify_log
 from transforms.spec import feature_log
 from transforms.spec.dataset import coverage_of
 
@@ -67,6 +67,9 @@ class DiffOptions(PipelineOptions):
                              "records: divergent (what the model receives differs; default) or "
                              "latent (also records a stage tells apart, the model inputs "
                              "agreeing).")
+    parser.add_argument("--verify_logs", action="store_true",
+                        help="First re-read every row of both logs and check it against its "
+                             "run metadata (replay/verify_log.py); a problem is exit 2.")
     parser.add_argument("--samples", type=int, default=10,
                         help="Samples kept per kind (divergent, one side only, duplicates).")
     parser.add_argument("--scope", default="auto", choices=SCOPES,
@@ -217,51 +220,12 @@ def build_pipeline(plan, options, report_path, errors_path):
 
 
 # --------------------------------------------------------------------------- planning
-def _parts(directory, bucket, num_buckets, side):
-  pattern = metadata.bucket_pattern(directory, bucket, num_buckets)
-  try:
-    found = FileSystems.match([pattern])[0].metadata_list
-  except Exception as e:  # Beam raises BeamIOError for a bad pattern or unreachable store
-    raise common.UsageError(f"--{side}: cannot list {pattern}: {e}") from None
-  return sorted(m.path for m in found)
-
-
 def _footer(path, side):
   try:
     with FileSystems.open(path, compression_type="uncompressed") as f:
       return pq.read_metadata(f)  # the footer only (the file is seekable)
   except (OSError, pa.ArrowException) as e:
     raise common.UsageError(f"--{side}: {path} is not a readable Parquet file ({e})") from None
-
-
-def _listed_parts(meta, directory, side):
-  """{bucket: [its part paths]} as run_metadata.json lists them, each checked to exist. A job's
-  log lists each bucket's file (`path`): any other file in its feature_log/ is foreign, an
-  error. A logger's lists its parts (`parts`): a part renamed into place before a crash but
-  never listed was never committed (the logger removes it on resume), so it is not read.
-  Metadata of older runs, which list neither, are read by each bucket's glob."""
-  num_buckets = meta["log"]["num_buckets"]
-  listed, names = {}, set()
-  for entry in meta["log"]["buckets"]:
-    bucket = int(entry["bucket"])
-    rel = entry.get("parts", [entry["path"]] if "path" in entry else None)
-    if rel is None:
-      listed[bucket] = _parts(directory, bucket, num_buckets, side)
-      continue
-    listed[bucket] = sorted(FileSystems.join(directory, p) for p in rel)
-    names.update(p.rsplit("/", 1)[-1] for p in rel)
-    missing = [p for p in listed[bucket] if not FileSystems.exists(p)]
-    if missing:
-      raise common.UsageError(f"--{side}: {missing[0]} is listed in run_metadata.json but "
-                              "missing")
-  if names and not any("parts" in b for b in meta["log"]["buckets"]):
-    pattern = FileSystems.join(directory, feature_log.LOG_DIR, "bucket-*.parquet")
-    found = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
-    foreign = [p for p in found if p.rsplit("/", 1)[-1] not in names]
-    if foreign:
-      raise common.UsageError(f"--{side}: {foreign[0]} is not listed in run_metadata.json "
-                              "(a file foreign to this log)")
-  return listed
 
 
 def _check_parts(meta, listed, directory, bucket, side):
@@ -313,9 +277,14 @@ def plan_diff(opts):
   tol, frac = DiffOptions.check(opts), opts.max_divergent_fraction
   dirs = {"offline": opts.offline, "production": opts.production}
   metas = {s: metadata.load(d, s) for s, d in dirs.items()}
+  for side in compare.SIDES if opts.verify_logs else ():
+    problems = verify_log.verify(dirs[side])
+    if problems:
+      raise common.DataError(f"--{side}: {problems[0]}" + (
+          f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""))
   metadata.check_compatible(metas["offline"], metas["production"])
   differing, equal = metadata.plan_buckets(metas["offline"], metas["production"])
-  listed = {s: _listed_parts(metas[s], dirs[s], s) for s in compare.SIDES}
+  listed = {s: metadata.listed_parts(metas[s], dirs[s], s) for s in compare.SIDES}
   tasks, schemas = [], []
   for bucket in differing:
     parts = {}

@@ -23,7 +23,7 @@ from transforms.spec.errors import UsageError
 from transforms.spec.stages import FP_STAGES as DIGEST_STAGES, STAGES
 
 __all__ = ["VERSION_STAGES", "load", "check_compatible", "suspected_causes", "plan_buckets",
-           "bucket_pattern", "vocabularies"]
+           "bucket_pattern", "vocabularies", "listed_parts"]
 
 _VOCABULARY_BYTES = 64 << 20  # larger vocabulary files are not read for tokens
 
@@ -250,3 +250,41 @@ def vocabularies(meta, directory):
     if tokens is not None:
       out[feature] = tokens
   return out
+
+
+def listed_parts(meta, directory, side):
+  """{bucket: [its part paths]} as run_metadata.json lists them, each checked to exist. A job's
+  log lists each bucket's file (`path`): any other file in its feature_log/ is foreign, an
+  error. A logger's lists its parts (`parts`): a part renamed into place before a crash but
+  never listed was never committed (the logger removes it on resume), so it is not read.
+  Metadata of older runs, which list neither, are read by each bucket's glob."""
+  num_buckets = meta["log"]["num_buckets"]
+  listed, names = {}, set()
+  for entry in meta["log"]["buckets"]:
+    bucket = int(entry["bucket"])
+    rel = entry.get("parts", [entry["path"]] if "path" in entry else None)
+    if rel is None:
+      listed[bucket] = _glob(FileSystems.join(directory, feature_log.bucket_glob(bucket,
+                                                                                  num_buckets)))
+      continue
+    listed[bucket] = sorted(FileSystems.join(directory, p) for p in rel)
+    names.update(p.rsplit("/", 1)[-1] for p in rel)
+    missing = [p for p in listed[bucket] if not FileSystems.exists(p)]
+    if missing:
+      raise UsageError(f"--{side}: {missing[0]} is listed in run_metadata.json but "
+                              "missing")
+  if names and not any("parts" in b for b in meta["log"]["buckets"]):
+    pattern = FileSystems.join(directory, feature_log.LOG_DIR, "bucket-*.parquet")
+    found = _glob(pattern)
+    foreign = [p for p in found if p.rsplit("/", 1)[-1] not in names]
+    if foreign:
+      raise UsageError(f"--{side}: {foreign[0]} is not listed in run_metadata.json "
+                              "(a file foreign to this log)")
+  return listed
+
+
+def _glob(pattern):
+  try:
+    return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+  except Exception as e:  # Beam raises BeamIOError for a bad pattern or unreachable store
+    raise UsageError(f"cannot list {pattern}: {e}") from None

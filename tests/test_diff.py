@@ -558,3 +558,27 @@ def test_multi_processing_against_in_memory_features_is_not_divergent(taxi_featu
   assert code == 0
   assert r["records"]["divergent"] == 0 == r["records"]["latent"]
   assert r["records"]["noise"] == moved and r["records"]["identical"] == TOTAL - moved
+
+
+def test_verify_logs_re_fingerprints_every_row_even_in_skipped_buckets(logs, capsys):
+  """A value changed in a bucket whose digests still agree (the file rewritten without page
+  checksums, its fingerprints left as they were): the diff skips the bucket; --verify_logs, and
+  `skewtrace verify` on the folder, find the row whose fingerprints no longer fit its values."""
+  from replay import verify_log
+  prod = _copy(logs["offline"], logs["dir"] / "revalued")
+  entry = next(b for b in _meta(prod)["log"]["buckets"] if b["bucket"] == CORRUPT_BUCKET)
+  path = os.path.join(prod, entry["path"])
+  table = pq.read_table(path)
+  fare = table.column("value__fare_z").to_numpy(zero_copy_only=False).copy()
+  fare[3] += 0.25
+  pq.write_table(_set(table, "value__fare_z", pa.array(fare, pa.float32())), path)
+  code, r = _diff(logs["offline"], prod, logs["dir"] / "revalued_out")
+  assert code == 0 and r["buckets"]["compared"] == 0  # what the digests cannot see
+  with pytest.raises(common.DataError, match=os.path.basename(path) +
+                     r": 1 rows whose fp_transform is not the fingerprint"):
+    diff.run(["--offline", logs["offline"], "--production", prod, "--output_dir",
+              str(logs["dir"] / "revalued_verified"), "--verify_logs"])
+  assert verify_log.run([prod]) == 1  # skewtrace verify
+  out = capsys.readouterr().out
+  assert f"DAMAGED {path}: 1 rows whose fp__fare_z" in out
+  assert verify_log.run([logs["offline"]]) == 0

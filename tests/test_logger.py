@@ -135,6 +135,15 @@ def test_typed_values_and_csv_text_give_the_same_log_bytes(production, productio
   assert all(text[b] == typed[b] for b in text)
 
 
+def test_a_logger_log_verifies_row_by_row(production):
+  from pipelines import common, verify
+  from replay import verify_log
+  assert verify_log.is_log(production) and verify_log.verify(production) == []
+  assert verify_log.run([production]) == 0
+  with pytest.raises(common.UsageError, match="is a feature log"):
+    verify.run([production])
+
+
 def test_run_metadata_matches_offline_digests(offline, production):
   off, prod = _meta(offline), _meta(production)
   assert prod["runner"] == "ProductionLogger"
