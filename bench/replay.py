@@ -12,8 +12,10 @@ whole-process wall time (imports included):
   (2) replay.diff, identical logs (every bucket skipped by its digests);
   (a) the TFDV skew-detector design: ReadFromParquet of dict records on both sides,
       CoGroupByKey by key, per-element comparison of every column, counters; DirectRunner;
-  (b) datacompy: both logs loaded into pandas, datacompy.PandasCompare on the key.
-Targets: (a)/(1) >= 20; (1)/(b) <= 2; (2)/(1) <= 0.1.
+  (b) datacompy: both logs loaded into pandas, datacompy.PandasCompare on the key;
+  (v) skewtrace verify (replay/verify_log.py) on the offline log, against
+  (r) a bare pyarrow read of every file of that log.
+Targets: (a)/(1) >= 20; (1)/(b) <= 2; (2)/(1) <= 0.1; (v)/(r) printed (no target yet).
 """
 import argparse
 import json
@@ -60,6 +62,12 @@ from replay import diff
 start = time.monotonic()
 diff.run(sys.argv[1:])
 print(f"job seconds: {time.monotonic() - start:.4f}")
+'''
+
+READ_ALL = r'''
+import glob, sys, pyarrow.parquet as pq
+paths = sorted(glob.glob(sys.argv[1] + "/feature_log/*.parquet"))
+print(sum(pq.read_table(p).num_rows for p in paths))
 '''
 
 DATACOMPY = r'''
@@ -110,6 +118,8 @@ def main():
     job = [py, "-c", JOB_TIME, "--offline", offline, "--output_dir"]
     j1, j2 = (_job_seconds(job + [os.path.join(d, out), "--production", prod])
               for out, prod in (("j1", production), ("j2", same)))
+    tv, mv = timed([py, "-m", "replay.verify_log", offline])
+    tr, mr = timed([py, "-c", READ_ALL, offline])
     ta, ma = timed([py, "-c", PER_ELEMENT, offline, production, os.path.join(d, "a.txt")])
     tb, mb = timed([py, "-c", DATACOMPY, offline, production, os.path.join(d, "b.txt")])
     print(f"records: {args.rows} vs {args.rows}, divergent: {changed} ({args.divergent:.1%})")
@@ -122,6 +132,9 @@ def main():
     print(f"(2)/(1) = {t2 / t1:5.3f}   (target <= 0.1), whole process")
     print(f"job time alone (run() to return, imports excluded): (1) {j1:.2f} s, (2) {j2:.3f} s,"
           f" (2)/(1) = {j2 / j1:.3f}")
+    print(f"(v) skewtrace verify on the offline log: {tv:7.1f} s  {mv:6.0f} MiB")
+    print(f"(r) pyarrow read of every log file:      {tr:7.1f} s  {mr:6.0f} MiB")
+    print(f"(v)/(r) = {tv / tr:5.2f}   (every row re-read, digests and fingerprints recomputed)")
 
 
 if __name__ == "__main__":

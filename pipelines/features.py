@@ -316,7 +316,8 @@ def build_pipeline(plan, options, temp_dir):
   _ = ((staged, transformed, windowed[DROPPED])
        | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
                                          event_format=event_format, event_zone=event_zone,
-                                         served=tuple(side["served"].items()))
+                                         served=tuple(side["served"].items()),
+                                         aggregates=plan.aggregates)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p

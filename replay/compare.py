@@ -24,7 +24,8 @@ from replay import drift, kernels
 from replay.tolerance import Tolerance
 from transforms.spec import fingerprint
 from transforms.spec.feature_log import (DROPPED_STAGE, EVENT_TIME, KEY, WINDOW_END,
-                                         WINDOW_START, feature_fp_column, feature_of,
+                                         WINDOW_START, aggregate_column, aggregates_of,
+                                         feature_fp_column, feature_of,
                                          fp_column, is_feature_fp_column, is_value_column,
                                          served_column, value_column)
 from transforms.spec.stages import ANALYZE, RECORD_STAGES, SERVE, STAGES, TRANSFORM
@@ -318,6 +319,8 @@ def _compare_matched(part, o, p, context):
     part.first_stage[stage] += int(np.count_nonzero(at))
     part.reaches_model[stage] += int(np.count_nonzero(at & model))
 
+  aggregates = aggregates_of(sorted(set(o.schema.names) | set(p.schema.names)))
+
   def entry_of(rows):
     def entry(i, key):
       r = int(rows[i])
@@ -331,6 +334,9 @@ def _compare_matched(part, o, p, context):
       out = {"key": key, "first_divergent_stage": first[r], "features": feats}
       when = {c: [kernels.jsonable(_cell(o, c, r)), kernels.jsonable(_cell(p, c, r))] for c in _WHEN
               if c in o.schema.names or c in p.schema.names}
+      if aggregates:  # the windowed aggregates' values before TFT, on each side
+        out["aggregates"] = {a: [_cell(o, aggregate_column(a), r), _cell(p, aggregate_column(a), r)]
+                             for a in aggregates}
       return {**out, "when": when} if when else out
     return entry
   for kind, mask in (("divergent", model), ("latent", any_early & ~model)):

@@ -112,6 +112,7 @@ class DiffPlan:
   analyzers: dict = dataclasses.field(default_factory=dict)  # replay/analyzers.compare
   vocabularies: dict = dataclasses.field(default_factory=dict)  # side -> {feature: tokens}
   inputs: dict = dataclasses.field(default_factory=dict)  # side -> run metadata input.dir
+  num_buckets: int = 1
 
 
 def _part_paths(task, side):
@@ -329,7 +330,8 @@ def plan_diff(opts):
                                                          metas["production"])), scope=scope,
                   fail_on=opts.fail_on, analyzers=compared, vocabularies={
                       s: metadata.vocabularies(metas[s], dirs[s]) for s in compare.SIDES},
-                  inputs={s: metas[s]["input"].get("dir") for s in compare.SIDES})
+                  inputs={s: metas[s]["input"].get("dir") for s in compare.SIDES},
+                  num_buckets=int(metas["offline"]["log"]["num_buckets"]))
 
 
 def _build(plan, partial):
@@ -337,7 +339,8 @@ def _build(plan, partial):
                               plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
                               plan.buckets_total, plan.scope, plan.fail_on, plan.analyzers,
                               plan.vocabularies)
-  return evidence.attach(report.to_dict(), plan.inputs)
+  return evidence.attach(report.to_dict(), plan.inputs, [b for b, _ in plan.tasks],
+                         plan.num_buckets)
 
 
 def _read_json(path):

@@ -9,6 +9,10 @@ rows become Python values) and every sample gains
   input_differs  the columns whose values differ, in schema order
 A side whose input is not an ingest dataset (a production logger fed by serving) shows null.
 Dates and times are shown as ISO-8601 text; values are never rounded here.
+
+When records first differ at raw or parse, `input_differences` counts, per input column, the
+records of the differing buckets whose values differ between the two datasets (joined by key,
+both sides read once, vectorised): which column a raw-stage divergence is about.
 """
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,9 +22,10 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import dataset
 from replay import kernels
 from transforms.spec import dataset as dataset_spec
+from transforms.spec import feature_log
 from transforms.spec.stages import KEY
 
-__all__ = ["INPUT_STAGES", "attach"]
+__all__ = ["INPUT_STAGES", "attach", "column_differences"]
 
 INPUT_STAGES = ("raw", "parse")  # a record first differing here differs in its input
 _PARQUET = "parquet"
@@ -50,16 +55,77 @@ def _rows(input_dir, keys):
   return found, columns
 
 
+def _dataset(input_dir, buckets, num_buckets):
+  """(the records of an ingest dataset whose key falls in `buckets`, its record columns);
+  (None, []) when the folder is not an ingest dataset."""
+  try:
+    manifest = dataset.load_manifest(input_dir) if input_dir else None
+  except (OSError, ValueError):
+    manifest = None
+  if not manifest:
+    return None, []
+  columns = [name for name, _ in dataset_spec.record_columns(manifest)]
+  tables = []
+  for shard in manifest.get("shards", []):
+    if shard.get("format") != _PARQUET:
+      continue
+    with FileSystems.open(FileSystems.join(input_dir, shard["path"]),
+                          compression_type="uncompressed") as f:
+      table = pq.read_table(f, columns=[KEY] + columns)
+    keys = table.column(KEY).cast(pa.large_string()).combine_chunks()
+    wanted = pa.array(sorted(buckets), pa.int64())
+    tables.append(table.filter(pc.is_in(pa.array(feature_log.bucket_of(keys, num_buckets)),
+                                        value_set=wanted)))
+  return (pa.concat_tables(tables) if tables else None), columns
+
+
+def _differ(a, b):
+  """bool[n]: where two aligned columns hold other values (null vs value differs; columns of
+  other types are compared as text)."""
+  if a.type != b.type:
+    a, b = a.cast(pa.large_string()), b.cast(pa.large_string())
+  both_null = pc.and_(a.is_null(), b.is_null())
+  return pc.invert(pc.or_(both_null, pc.fill_null(pc.equal(a, b), False)))
+
+
+def column_differences(input_dirs, buckets, num_buckets):
+  """{"records": records on both sides, "columns": {column: records whose value differs}} over
+  the differing buckets; None when either side is not an ingest dataset."""
+  off, off_cols = _dataset(input_dirs.get("offline"), buckets, num_buckets)
+  prod, prod_cols = _dataset(input_dirs.get("production"), buckets, num_buckets)
+  if off is None or prod is None:
+    return None
+  off = off.rename_columns([KEY] + [f"o.{c}" for c in off_cols])
+  prod = prod.rename_columns([KEY] + [f"p.{c}" for c in prod_cols])
+  joined = off.join(prod, KEY, join_type="inner").combine_chunks()
+  counts = {}
+  for c in off_cols + [c for c in prod_cols if c not in off_cols]:
+    if c not in off_cols or c not in prod_cols:
+      counts[c] = joined.num_rows
+      continue
+    n = int(pc.sum(_differ(joined.column(f"o.{c}"), joined.column(f"p.{c}"))).as_py() or 0)
+    if n:
+      counts[c] = n
+  return {"records": joined.num_rows,
+          "columns": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
 def _text(v):
   return v.isoformat() if hasattr(v, "isoformat") else kernels.jsonable(v)
 
 
-def attach(report, input_dirs):
+def attach(report, input_dirs, buckets=(), num_buckets=1):
   """report with the input columns of its raw/parse samples (divergent and latent) on each
-  side; input_dirs: {side: the run metadata's input.dir}."""
+  side, and the per-column counts over the differing `buckets`; input_dirs: {side: the run
+  metadata's input.dir}."""
   kinds = ("divergent", "latent")
   keys = {s["key"] for k in kinds for s in report["samples"].get(k, [])
           if s["first_divergent_stage"] in INPUT_STAGES}
+  firsts = report.get("first_divergent_stage", {})
+  if buckets and any(firsts.get(s) for s in INPUT_STAGES):
+    found = column_differences(input_dirs, buckets, num_buckets)
+    if found is not None:
+      report["input_differences"] = found
   if not keys:
     return report
   off, off_cols = _rows(input_dirs.get("offline"), keys)

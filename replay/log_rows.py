@@ -102,7 +102,9 @@ class LogRows:
       raise UsageError(f"served {', '.join(several)}: not a one-value transformed feature of "
                        f"the transform_fn ({', '.join(sorted(feature_spec))})")
     self._features, self._feature_types = sorted(feature_spec), {}
-    clear, fields = list(log.HEAD), list(log.HEAD)
+    clear = list(log.HEAD) + [(log.aggregate_column(a), pa.int64())
+                              for a in sorted(self._aggregates)]
+    fields = list(clear)
     for f in self._features:  # a one-value feature is logged as a scalar, as the job's log is
       typ = {"float32": pa.float32(), "int64": pa.int64()}.get(feature_spec[f].dtype.name,
                                                                pa.large_binary())
@@ -275,7 +277,8 @@ class LogRows:
             decoded, SERIALIZE.fingerprint_fields(columns=self._names,
                                                   aggregates=self._aggregates)),
         log.fp_column(TRANSFORM.name): fp_transform,
-        log.fp_column(SERVE.name): fp_transform}
+        log.fp_column(SERVE.name): fp_transform,
+        **{log.aggregate_column(name): column for name, column in aggregates.items()}}
     if self._served:  # what the model got: the served value where serving logged one
       served = {f: log.cast_served(pa.array([items[i][2][j] for i in live]),
                                    self._feature_types[f]) for j, f in enumerate(self._served)}

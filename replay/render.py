@@ -62,6 +62,10 @@ def _explanations(report):
                (f" (largest relative difference {rel:.2g} > {a.get('tolerance'):.2g})"
                 if rel is not None and a.get("tolerance") is not None else "") +
                (f"; feeds {', '.join(a['features'])}" if a.get("features") else ""))
+  columns = report.get("input_differences", {}).get("columns", {})
+  if columns:
+    out.append("input columns that differ (records of the differing buckets): " + ", ".join(
+        f"{c} {k}" for c, k in columns.items()))
   for u in report.get("unexplained", []):
     out.append(f"{u.get('stage')}: {u.get('records')} records {u.get('note')}")
   return out
@@ -196,8 +200,12 @@ def _what_differs(report):
     because = (UNEXPLAINED_HTML if s in unexplained else
                "suspected: " + "; ".join(why[:3]) + (f" (+{len(why) - 3} more)"
                                                       if len(why) > 3 else ""))
+    columns = report.get("input_differences", {}).get("columns", {})
+    inputs = ("; input columns that differ: " + ", ".join(
+        f"{c} ({k} records)" for c, k in list(columns.items())[:8])
+              if s in ("raw", "parse") and columns else "")
     items.append(f"<li><strong>{_e(s)}</strong>: {n} records first differ here — {m} reach "
-                 f"the model, {n - m} latent. {_e(because)}</li>")
+                 f"the model, {n - m} latent. {_e(because)}{_e(inputs)}</li>")
   one = report.get("one_side_only", {})
   for side in ("offline", "production"):
     for reason, n in sorted(one.get(side, {}).items()):
@@ -286,14 +294,15 @@ def _record_row(x):
            for f, (a, b, *_) in ((f, list(v) + [None, None])
                                  for f, v in x.get("features", {}).items())}
   inputs = {c: x["input"][c] for c in x.get("input_differs", [])}
-  return [x.get("key"), x.get("first_divergent_stage"), _pairs(feats),
-          _pairs(x.get("when", {}), _utc), _pairs(inputs)]
+  when = "; ".join(p for p in (_pairs(x.get("when", {}), _utc),
+                                _pairs(x.get("aggregates", {}))) if p)
+  return [x.get("key"), x.get("first_divergent_stage"), _pairs(feats), when, _pairs(inputs)]
 
 
 def _samples(report):
   samples = report.get("samples", {})
   record = ["key", "first stage", "features (offline → production)",
-            "event time and window (UTC)", "input columns that differ"]
+            "event time, window (UTC) and windowed aggregates", "input columns that differ"]
   kinds = [("Divergent records", "divergent", record, _record_row),
            ("Latent differences (the model inputs agree)", "latent", record, _record_row),
            ("Offline only", "offline_only", ["key", "reason"],

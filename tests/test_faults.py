@@ -357,6 +357,8 @@ def test_08_raw_values_changed_upstream_are_attributed_to_raw(keyed):
   assert r["records"]["matched_keys"] == TOTAL
   assert r["first_divergent_stage"]["raw"] == len(changed) > 0
   assert "input.content_digest" in _causes(r, "raw")
+  # Over the differing buckets, fare is the one input column that differs, in those records.
+  assert r["input_differences"]["columns"] == {"fare": len(changed)}
   # The samples at raw show the input on both sides, read from each side's dataset: fare, and
   # only fare, differs, by the 1.00 added here. (The other records part at analyze: the fares
   # moved the analyzers.)
@@ -392,6 +394,7 @@ def test_08b_event_time_an_hour_off_in_serving_is_raw_with_both_times_shown(keye
   assert code == 1
   # (Other records follow: the windows' counts and the analyzers moved with the event times.)
   assert r["first_divergent_stage"]["raw"] == len(changed)
+  assert r["input_differences"]["columns"] == {"trip_start_timestamp": len(changed)}
   samples = [s for k in ("divergent", "latent") for s in r["samples"][k]
              if s["first_divergent_stage"] == "raw"]
   assert samples and {s["key"] for s in samples} <= set(changed)

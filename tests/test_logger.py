@@ -527,3 +527,6 @@ def test_a_wrong_online_aggregate_is_at_window_and_not_explained_by_configuratio
   assert report["unexplained"] == [{"stage": "window", "records": changed,
                                     "note": "not explained by configuration: a data or code "
                                             "difference"}]
+  # Both aggregate values, as each side had them before TFT: production's one more.
+  shown = [s["aggregates"][online_store.AGG] for s in report["samples"]["divergent"]]
+  assert shown and all(b == a + 1 for a, b in shown)

@@ -5,7 +5,9 @@ Rows are partitioned into buckets by XXH64-fingerprint({__key__}, LOG_SEED) mod 
 bucket as feature_log/bucket-BBBBB-of-NNNNN.parquet, the production logger as parts
 feature_log/bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet; readers take a bucket's rows from
 bucket_glob. Columns (manifests/feature_log.schema.json): HEAD (key, event time, window, shard,
-drop stage and reason, fp_<stage> for every FP_STAGES stage), then per transformed feature F:
+drop stage and reason, fp_<stage> for every FP_STAGES stage), then aggregate__A (int64) per
+windowed aggregate A in name order (its value before TFT, null where the record did not reach
+it), then per transformed feature F:
 fp__F (uint64) and value__F (a scalar for one-value features, as tft.TFTransformOutput gives
 them; else the list); per feature F serving logged a value of, served__F (that value, in
 value__F's type). Each bucket's digests per stage (fingerprint.combine_digest of the stage
@@ -26,7 +28,8 @@ from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
 
 __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
            "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON", "HEAD",
-           "STAGE_COLUMNS", "fp_column", "value_column", "served_column", "feature_fp_column",
+           "STAGE_COLUMNS", "fp_column", "value_column", "served_column", "aggregate_column",
+           "aggregates_of", "feature_fp_column",
            "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
            "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
            "parquet_options", "read_options",
@@ -43,6 +46,7 @@ KEY, EVENT_TIME, WINDOW_START, WINDOW_END, SHARD_ID = (
     "key", "event_time", "window_start", "window_end", "shard_id")
 DROPPED_STAGE, DROP_REASON = "dropped_stage", "drop_reason"
 _FP, _VALUE, _FEATURE_FP, _SERVED = "fp_", "value__", "fp__", "served__"
+_AGGREGATE = "aggregate__"
 
 
 def fp_column(stage):
@@ -53,6 +57,16 @@ def fp_column(stage):
 def value_column(feature):
   """The log column of a transformed feature's value: value__<feature>."""
   return _VALUE + feature
+
+
+def aggregate_column(name):
+  """The log column of a windowed aggregate's value before TFT: aggregate__<name>."""
+  return _AGGREGATE + name
+
+
+def aggregates_of(names):
+  """The sorted windowed aggregates a log's column names hold values of."""
+  return sorted(name[len(_AGGREGATE):] for name in names if name.startswith(_AGGREGATE))
 
 
 def served_column(feature):

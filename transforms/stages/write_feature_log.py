@@ -36,7 +36,8 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
                                          EVENT_TIME, HEAD, KEY as LOG_KEY, SHARD_ID as LOG_SHARD_ID,
                                          STAGE_COLUMNS, WINDOW_END as LOG_WINDOW_END,
                                          WINDOW_START as LOG_WINDOW_START, bucket_path,
-                                         buckets_of, cast_served, fp_column, parquet_options,
+                                         aggregate_column, aggregates_of, buckets_of,
+                                         cast_served, fp_column, parquet_options,
                                          feature_fp_column, log_hash, model_inputs,
                                          passthrough_columns, served_column, served_of,
                                          stage_digests, transformed_path, value_column)
@@ -83,10 +84,11 @@ def _one_value(arr):
   return arr.flatten()
 
 
-def _head(batch, event, dropped, served=()):
+def _head(batch, event, dropped, served=(), aggregates=()):
   """The log's stage columns of a batch of dropped records or of records going into TFT;
   event: (column, format, zone), the event time logged in Unix seconds (spec/window.py);
-  served: ((side column, feature), ...), logged as served__F for records going into TFT."""
+  served: ((side column, feature), ...), logged as served__F for records going into TFT;
+  aggregates: the windowed aggregates' names, logged as aggregate__A for those records."""
   n = batch.num_rows
   column, form, zone = event
   cols = {LOG_KEY: batch.column(KEY).cast(pa.string()),
@@ -108,6 +110,8 @@ def _head(batch, event, dropped, served=()):
   if not dropped:
     for column, feature in served:
       cols[served_column(feature)] = batch.column(column)
+    for name in sorted(aggregates):
+      cols[aggregate_column(name)] = batch.column(name).cast(pa.int64())
   return cols
 
 
@@ -139,17 +143,17 @@ class _WriteHeadPartsFn(AheadDoFn):
 
   def __init__(self, temp_dir, num_buckets, event_column, dropped,
                event_format=event_time.DEFAULT_FORMAT, event_zone=event_time.DEFAULT_ZONE,
-               served=()):
+               served=(), aggregates=()):
     self._dir = FileSystems.join(temp_dir, _PARTS)
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
     self._dropped = dropped
-    self._served = tuple(served)
+    self._served, self._aggregates = tuple(served), tuple(aggregates)
 
   def work(self, batch):
     if not batch.num_rows:
       return []
-    cols = _head(batch, self._event, self._dropped, self._served)
+    cols = _head(batch, self._event, self._dropped, self._served, self._aggregates)
     if self._dropped:
       hashes, kind = log_hash(batch.column(KEY)), b"dropped"
     else:
@@ -234,7 +238,8 @@ def _merged_log(heads, kept, dropped, bucket):
     raise ValueError(f"bucket {bucket}: {rows} records went into TFT but {got} transformed "
                      "rows came back")
   served = sorted({f for t in heads for f in served_of(t.schema.names)})
-  extra = [served_column(f) for f in served]
+  aggregates = sorted({a for t in heads for a in aggregates_of(t.schema.names)})
+  extra = [served_column(f) for f in served] + [aggregate_column(a) for a in aggregates]
   head = pa.concat_tables([t.select(_HEAD + [c for c in extra if c in t.schema.names])
                            for t in heads + dropped], promote_options="default")
   order = pc.sort_indices(head, _ORDER)
@@ -242,6 +247,8 @@ def _merged_log(heads, kept, dropped, bucket):
   if names is None:
     cols[_FP_TRANSFORM] = cols[_FP_SERVE] = pa.nulls(head.num_rows, pa.uint64())
     return pa.table(cols), None
+  aggregate_cols = {aggregate_column(a): head.column(aggregate_column(a)).take(order)
+                    for a in aggregates}
   pairs = pa.table([pa.concat_arrays([c for t in part for c in t.column(name).chunks])
                     for name, part in ((LOG_HASH, heads), (LOG_HASH, kept), (_FP_RAW, heads),
                                        (_FP_RAW, kept))], names=["h", "v", "hr", "vr"])
@@ -265,6 +272,7 @@ def _merged_log(heads, kept, dropped, bucket):
   serve_fp = fingerprint.fingerprint_fields(model_inputs(values, served_values))[0] \
       if served else record_fp
   cols[_FP_SERVE] = pa.array(serve_fp, mask=mask)
+  cols.update(aggregate_cols)
   for n in names:
     cols[feature_fp_column(n)] = pa.array(feature_fps[n], mask=mask)
     cols[value_column(n)] = values.column(n)
@@ -366,12 +374,13 @@ class WriteFeatureLog(beam.PTransform):
   with the transformed values as the `serve` stage (spec/stages.py SERVE)."""
 
   def __init__(self, temp_dir, num_buckets, event_column, event_format=event_time.DEFAULT_FORMAT,
-               event_zone=event_time.DEFAULT_ZONE, served=()):
+               event_zone=event_time.DEFAULT_ZONE, served=(), aggregates=()):
     super().__init__()
     self._temp_dir = temp_dir
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
     self._served = tuple(served)  # ((side column, feature), ...): spec/dataset.py side columns
+    self._aggregates = tuple(aggregates)  # windowed aggregate names, logged as aggregate__A
 
   def expand(self, pcolls):
     staged, transformed, dropped = pcolls
@@ -380,7 +389,8 @@ class WriteFeatureLog(beam.PTransform):
     kwargs = {"event_format": form, "event_zone": zone}
     parts = (
         staged | "WriteHeadParts" >> beam.ParDo(
-            _WriteHeadPartsFn(*args, False, served=self._served, **kwargs)),
+            _WriteHeadPartsFn(*args, False, served=self._served, aggregates=self._aggregates,
+                              **kwargs)),
         transformed | "WriteTransformedParts" >> beam.ParDo(
             _WriteValuesPartsFn(self._temp_dir, self._num_buckets)),
         dropped | "WriteDroppedParts" >> beam.ParDo(_WriteHeadPartsFn(*args, True, **kwargs)),
