@@ -228,7 +228,10 @@ def _what_differs(report):
   out.append("<ul>" + "".join(items) + "</ul>\n" if items else
              "<p>Nothing: every record is identical on every stage.</p>\n")
   samples = report.get("samples", {})
-  example = (samples.get("divergent") or samples.get("latent") or [None])[0]
+  # The example comes from the earliest stage any sample parts at: the root, not a consequence.
+  ranked = sorted(samples.get("divergent", []) + samples.get("latent", []),
+                  key=lambda x: STAGES.index(x.get("first_divergent_stage", STAGES[-1])))
+  example = ranked[0] if ranked else None
   if example:
     row = _record_row(example)
     out.append("<p class=\"example\"><strong>Worked example</strong>: record " + _e(row[0]) +
