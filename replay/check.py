@@ -25,12 +25,14 @@ import math
 import os
 import sqlite3
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
-from transforms.spec import run_metadata
+from transforms.spec import feature_log, run_metadata
 from transforms.spec.stages import STAGES
 
 __all__ = ["CheckOptions", "load_config", "evaluate", "run"]
@@ -221,6 +223,28 @@ def _history_row(night, report, broken, code, report_path):
            json.dumps(drift, sort_keys=True), json.dumps(broken), code, report_path])
 
 
+def check_threshold_features(thresholds, offline):
+  """UsageError, before the diff runs, when a threshold names a feature the offline log lacks
+  (its feature names from one part's Parquet footer)."""
+  from replay import metadata
+  named = set(thresholds["features"]) | set(thresholds["drift"])
+  if not named:
+    return
+  meta = metadata.load(offline, "offline")
+  listed = metadata.listed_parts(meta, offline, "offline")
+  paths = [p for b in sorted(listed) for p in listed[b]][:1]
+  if not paths:
+    return  # an empty log: the diff reports it
+  try:
+    with FileSystems.open(paths[0], compression_type="uncompressed") as f:
+      names = pq.read_schema(f).names
+  except (OSError, pa.ArrowException) as e:
+    raise common.UsageError(f"{paths[0]} is not a readable Parquet file ({e})") from None
+  unknown = sorted(named - set(feature_log.features_of(names)))
+  if unknown:  # a misspelt threshold must not pass silently, nor cost the night's report
+    raise common.UsageError(f"thresholds name feature(s) the logs lack: {', '.join(unknown)}")
+
+
 def check_history(history_path):
   """UsageError unless the history can take the night's row: absent (it is created), or an
   SQLite file whose `nights` table, if any, has this version's columns. Checked before the diff,
@@ -287,6 +311,7 @@ def run(argv=None):
     if not FileSystems.exists(FileSystems.join(path, run_metadata.FILE)):
       raise common.UsageError(f"{night}: no {side} partition at {path}")
   check_history(config["history"])
+  check_threshold_features(config["thresholds"], offline)
   out = FileSystems.join(config["reports"], night.isoformat())
   # The config's beam_args, then the command line's: Beam flags only (a diff flag there is an
   # unknown flag: the config sets them).

@@ -87,8 +87,12 @@ def test_feature_thresholds_and_beam_flags_reach_the_diff(nights, capsys):
   # window_shift moves windows only: the features' values agree, so these thresholds hold.
   assert check.run(["--config", config, "--date", NIGHTS[1],
                     "--direct_running_mode=multi_processing", "--direct_num_workers=2"]) == 0
+  # A misspelt threshold feature is refused before the diff: the night's report stays as it was.
+  page = root / "reports" / NIGHTS[1] / "report.json"
+  before = (page.read_bytes(), os.stat(page).st_mtime_ns)
   with pytest.raises(common.UsageError, match="lack: fare_zz"):
     check.run(["--config", _config(root, features={"fare_zz": 0.0}), "--date", NIGHTS[1]])
+  assert (page.read_bytes(), os.stat(page).st_mtime_ns) == before
   with pytest.raises(common.UsageError, match="unknown flag"):
     check.run(["--config", config, "--date", NIGHTS[1], "--runer=DirectRunner"])
   with pytest.raises(common.UsageError, match="not its flags"):
