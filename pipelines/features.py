@@ -22,7 +22,10 @@ import uuid
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
-import tensorflow_transform.beam as tft_beam
+
+from transforms.graph import quiet
+quiet.import_tensorflow()  # first: TensorFlow's native libraries load without start-up lines
+import tensorflow_transform.beam as tft_beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO

@@ -93,3 +93,19 @@ def test_job_options_make_one_view_per_class_sharing_the_values(monkeypatch):
   for _ in range(100):  # Beam's type checks ask for this view once per check
     assert options.view_as(TypeOptions).disable_beartype is False
   assert made == [SetupOptions, StandardOptions, common.OutputOptions, TypeOptions]
+
+
+def test_tensorflow_loads_without_its_native_start_up_lines():
+  """pipelines.features imports TensorFlow at once: its native libraries' start-up lines and
+  the cuInit error of a machine without a GPU stay off stderr (transforms/graph/quiet.py),
+  while an error of our own still reaches it."""
+  env = dict(os.environ, PYTHONHASHSEED="0")
+  proc = subprocess.run([sys.executable, "-c",
+                         "from pipelines import features\n"
+                         "import tensorflow as tf\n"
+                         "print(int(tf.constant(1) + 1))\n"
+                         "import sys; print('ours', file=sys.stderr)"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.strip() == "2"
+  assert proc.stderr.strip() == "ours"

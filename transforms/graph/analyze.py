@@ -29,6 +29,7 @@ import re
 
 import numpy as np
 
+from transforms.graph import quiet
 from transforms.spec import fingerprint
 
 __all__ = ["analyzer_outputs", "analyze_fingerprints", "content_digest", "DIGEST_FORMAT",
@@ -59,7 +60,7 @@ def _capture_names(concrete, fdef=None):
 
 
 def _load(transform_fn_dir):
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   import tensorflow_transform as tft
   # The saved function inside TFT's output folder, where tft.TFTransformOutput puts it. Paths
   # through tf.io.gfile, so a transform_fn on gs:// reads as a local one.
@@ -83,7 +84,7 @@ def analyzer_outputs(transform_fn_dir):
 
   value: a numpy array (numeric analyzers) or bytes (a vocabulary file).
   """
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   model_dir, concrete = _load(transform_fn_dir)
   labels = _labels(_capture_names(concrete))
   out = [(label, np.asarray(tensor.numpy()))
@@ -95,7 +96,7 @@ def analyzer_outputs(transform_fn_dir):
 
 
 def _assets(model_dir):
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   assets = _join(model_dir, "assets")
   if not tf.io.gfile.isdir(assets):
     return []
@@ -121,7 +122,7 @@ def _data_inputs(fdef, ref, inputs, seen):
 def _table_file(tensor, assets):
   """The asset file a vocabulary lookup table was initialised from: the one whose lines are the
   table's keys in the order of its values; None when no file matches (or not a string table)."""
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   try:
     keys, values = tf.raw_ops.LookupTableExportV2(table_handle=tensor, Tkeys=tf.string,
                                                    Tvalues=tf.int64)
@@ -140,7 +141,7 @@ def feeds(transform_fn_dir):
   feeds on an analyzer when its value depends on the analyzer's captured tensor through data
   edges of the transform function (a vocabulary: through the lookup table its file
   initialises). Outputs are named as TFT's output signature names them."""
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   model_dir, concrete = _load(transform_fn_dir)
   fdef = _inner_function(concrete)
   names = _capture_names(concrete, fdef)
@@ -174,7 +175,7 @@ def content_digest(transform_fn_dir):
   """DIGEST_FORMAT + hex SHA-256 of a transform_fn folder's content: every file under it, in
   order of its relative path (UTF-8 bytes), as length-prefixed path, 8-byte little-endian
   size and the file's own SHA-256. Equal for a folder and a byte-exact copy of it."""
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   root = transform_fn_dir.rstrip("/")
   files = []
   for folder, _, names in tf.io.gfile.walk(root):

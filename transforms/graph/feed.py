@@ -8,6 +8,7 @@ written transform_fn that takes what this feed gives (check_transform_fn: pipeli
 import numpy as np
 import pyarrow as pa
 
+from transforms.graph import quiet
 from transforms.spec.stages import PASSTHROUGH
 
 __all__ = ["to_tft_batch", "passthrough_keys", "from_tft", "transform_values", "feed_dtype",
@@ -66,7 +67,7 @@ def transform_fn_inputs(transform_fn_dir):
   """{input name: tf.TypeSpec} of the transform function of a TFT output folder (what
   tft.TFTransformOutput reads: transform_fn_dir/transform_fn, a TF2 SavedModel). ValueError, one
   line, when it holds no such function."""
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   import tensorflow_transform as tft
   model_dir = transform_fn_dir.rstrip("/") + "/" + tft.TFTransformOutput.TRANSFORM_FN_DIR
   try:
@@ -87,7 +88,7 @@ def input_mismatch(transform_fn_dir, arrow_types):
   """None when the transform_fn in `transform_fn_dir` takes exactly what this feed gives for the
   columns {name: arrow type} -- one VarLen sparse tensor per column, of feed_dtype -- else one
   line naming what differs. ValueError when it holds no transform function."""
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   inputs = transform_fn_inputs(transform_fn_dir)
   lacking = sorted(set(inputs) - set(arrow_types))
   extra = sorted(set(arrow_types) - set(inputs))
@@ -111,7 +112,7 @@ def check_transform_fn(transform_fn_dir, arrow_types=None):
   transform function and transformed metadata, where tft.TFTransformOutput reads them) and,
   given the fed columns' {name: arrow type}, its transform function takes exactly those
   (input_mismatch)."""
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   import tensorflow_transform as tft
   for sub, name in ((tft.TFTransformOutput.TRANSFORM_FN_DIR, "saved_model.pb"),
                     (tft.TFTransformOutput.TRANSFORMED_METADATA_DIR, "schema.pbtxt")):
@@ -191,7 +192,7 @@ def transform_values(transform, batch, value_columns, features, batch_size, type
 def _to_arrow(tensor, typ):
   """A transform output tensor as an Arrow array: rank 1 -> scalars; ragged, sparse or rank 2
   -> large lists (typ: the array's type, or None to infer it)."""
-  import tensorflow as tf
+  tf = quiet.import_tensorflow()
   if isinstance(tensor, tf.SparseTensor):
     tensor = tf.RaggedTensor.from_sparse(tensor)
   value_type = typ.value_type if typ is not None and pa.types.is_large_list(typ) else typ
