@@ -375,7 +375,7 @@ def run_job(opts, options):
   dataset.write_atomically(FileSystems.join(output_dir, REPORT_HTML),
                            render.render_html(report).encode("utf-8"))
   print(render.render_text(report))
-  print(f"report: {FileSystems.join(output_dir, REPORT_JSON)}")
+  print(f"report: {FileSystems.join(output_dir, REPORT_HTML)} (data: {REPORT_JSON} beside it)")
   return report["exit_code"]
 
 

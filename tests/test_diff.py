@@ -185,7 +185,8 @@ def test_identical_logs_skip_every_bucket(taxi_features, tmp_path, capsys):
   assert r["suspected_causes"] == [] and r["drift"] == {}
   assert all(f["match"] == TOTAL for f in r["features"].values())
   assert os.path.exists(tmp_path / "same" / "report.html")
-  assert "report:" in capsys.readouterr().out
+  assert f"report: {tmp_path / 'same' / 'report.html'} (data: report.json beside it)" in \
+      capsys.readouterr().out
 
 
 def test_changed_buckets_give_exact_counts(logs, tolerant):
