@@ -5,9 +5,11 @@ feature-log folder: replay/verify_log.py).
 
 Checks the manifest against manifests/dataset_manifest.schema.json, then every file it lists
 (missing, extra, size, sha256), decodes every shard (row count, per-shard digest of the values
-as decoded) and recomputes the content digest from the Parquet shards (float64-exact; a
-TFRecord-only dataset's digest cannot be recomputed from float32 values and is checked per
-shard only). Exit 0 intact, 1 damaged (each problem names its file), 2 usage error.
+as decoded; a Parquet shard's __key__ and parse fingerprints recomputed from its values by the
+ingest rule, spec/key.py), recomputes the content digest from the Parquet shards (float64-exact;
+a TFRecord-only dataset's digest cannot be recomputed from float32 values and is checked per
+shard only) and checks the row counts: read = written + rejected, rejected = the rejected
+file's rows. Exit 0 intact, 1 damaged (each problem names its file), 2 usage error.
 """
 import hashlib
 import io
@@ -15,6 +17,7 @@ import os
 
 import jsonschema
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
@@ -23,7 +26,8 @@ from pipelines import common, dataset
 from transforms.codec import tfrecord
 from transforms.spec import fingerprint, run_metadata, schema
 from transforms.spec.dataset import record_columns
-from transforms.spec.stages import KEY, PARSE_FP as FP, RAW_FP
+from transforms.spec.key import key_batch
+from transforms.spec.stages import KEY, PARSE_FP, PARSE_FP as FP, RAW_FP
 
 __all__ = ["verify", "run"]
 
@@ -39,19 +43,46 @@ def _listing(root):
   return sorted(m.path[len(prefix):] for m in found if not os.path.isdir(m.path))
 
 
-def _decoded_digest(entry, data, columns, record):
-  """(rows, digest of the values as decoded from this file): a Parquet shard's over the record's
-  columns (what its parse fingerprints cover: no side column, spec/dataset.py), a TFRecord
+def _key_problems(table, record, key_columns):
+  """Problems of a Parquet shard's __key__ and parse-fingerprint columns: both recomputed from
+  the record's values by the ingest rule (spec/key.key_batch); a content key must be the hex of
+  its parse fingerprint and an ordinal."""
+  values = pa.RecordBatch.from_arrays([table.column(n).combine_chunks() for n, _ in record],
+                                      names=[n for n, _ in record])
+  keyed = key_batch(values, [n for n, _ in record], list(key_columns), 1)
+  problems = []
+  fp = table.column(FP).combine_chunks()
+  fp = fp.view(pa.uint64()) if pa.types.is_int64(fp.type) else fp  # the same 64 bits
+  n = int(pc.sum(pc.invert(pc.equal(fp, keyed.column(PARSE_FP)))).as_py() or 0)
+  if n:
+    problems.append(f"{n} rows whose parse fingerprint is not that of their values")
+  stored = table.column(KEY).combine_chunks().cast(pa.large_string())
+  want = keyed.column(KEY)
+  if not key_columns:  # a content key: '<hex of the parse fingerprint>:<ordinal>'
+    stored = pc.utf8_slice_codeunits(stored, 0, 16)
+  n = int(pc.sum(pc.invert(pc.fill_null(pc.equal(stored, want), False))).as_py() or 0)
+  if n:
+    problems.append(f"{n} rows whose {KEY} is not the key of their values")
+  return problems
+
+
+def _decoded_digest(entry, data, columns, record, key_columns=()):
+  """(rows, digest of the values as decoded from this file, problems of its key columns): a
+  Parquet shard's over the record's columns (what its parse fingerprints cover: no side
+  column, spec/dataset.py), its __key__ and parse fingerprints recomputed from them; a TFRecord
   shard's over every column it holds."""
   names = [n for n, _ in columns]
+  problems = []
   if entry["format"] == "parquet":
     table = pq.read_table(io.BytesIO(data))
     if table.schema.names != [KEY] + names + [RAW_FP, FP]:
       raise ValueError(f"columns {table.schema.names} differ from the schema")
     values = table.select([n for n, _ in record])
+    problems = _key_problems(table, record, key_columns)
   else:
     values = tfrecord.decode_tfrecord(data, [(n, schema.ARROW_TYPES[t]) for n, t in columns])
-  return values.num_rows, fingerprint.combine_digest(fingerprint.fingerprint_batch(values))
+  return (values.num_rows, fingerprint.combine_digest(fingerprint.fingerprint_batch(values)),
+          problems)
 
 
 def verify(root):
@@ -91,10 +122,13 @@ def verify(root):
     if "format" not in entry:
       continue
     try:
-      rows, digest = _decoded_digest(entry, data, columns, record_columns(manifest))
+      rows, digest, key_problems = _decoded_digest(entry, data, columns,
+                                                   record_columns(manifest),
+                                                   manifest.get("key_columns") or ())
     except (ValueError, OSError, pa.ArrowException, tfrecord.TFRecordError) as e:
       problems.append(f"{path}: cannot be decoded ({e})")
       continue
+    problems += [f"{path}: {p}" for p in key_problems]
     if rows != entry["rows"]:
       problems.append(f"{path}: {rows} rows, manifest says {entry['rows']}")
     if fingerprint.digest_hex(digest) != entry["digest"]:
@@ -109,6 +143,15 @@ def verify(root):
   rows = manifest["rows"]
   if written != rows["written"] or rows["read"] != rows["written"] + rows["rejected"]:
     problems.append(f"{dataset.MANIFEST}: row counts do not add up ({rows})")
+  rejected = manifest["rejected"]
+  if rejected["path"] in present and rows["rejected"] != rejected.get("rows", rows["rejected"]):
+    problems.append(f"{dataset.MANIFEST}: rows.rejected is {rows['rejected']} but "
+                    f"{rejected['path']} holds {rejected.get('rows')} rows")
+  elif rejected["path"] in present:
+    lines = _read(FileSystems.join(root, rejected["path"])).count(b"\n")
+    if lines != rows["rejected"]:
+      problems.append(f"{rejected['path']}: {lines} rejected rows, manifest says "
+                      f"{rows['rejected']}")
   return problems
 
 

@@ -11,6 +11,7 @@ import jsonschema
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines import common, verify
@@ -132,6 +133,43 @@ def test_verify_accepts_intact_and_names_each_damage(taxi_runs, tmp_path):
       f"{json.load(open(os.path.join(root, 'manifest.json')))['shards'][4]['bytes']})",
       "tfrecord/part-00003-of-00004.tfrecord: missing",
   ]
+
+
+def _reseal(root, path):
+  """The manifest's bytes and sha256 of `path` recomputed: a consistent forgery."""
+  import hashlib
+  manifest_path = os.path.join(root, "manifest.json")
+  manifest = json.load(open(manifest_path))
+  data = open(os.path.join(root, path), "rb").read()
+  for e in manifest["shards"]:
+    if e["path"] == path:
+      e.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+  json.dump(manifest, open(manifest_path, "w"))
+
+
+def test_verify_recomputes_keys_and_checks_the_rejected_count(taxi_runs, tmp_path):
+  """Verify covers every column: a shard rewritten with two keys swapped (values and digests
+  intact, the manifest resealed) is found by its keys recomputed from the values; and
+  rows.read / rows.rejected edited together (the arithmetic still adds up) are checked against
+  the rejected file."""
+  root = str(tmp_path / "copy")
+  shutil.copytree(taxi_runs["direct"], root)
+  rel = "parquet/part-00002-of-00004.parquet"
+  table = pq.read_table(os.path.join(root, rel))
+  keys = table.column("__key__").to_pylist()
+  keys[0], keys[1] = keys[1], keys[0]
+  table = table.set_column(0, "__key__", pa.array(keys, table.schema.field(0).type))
+  pq.write_table(table, os.path.join(root, rel))
+  _reseal(root, rel)
+  assert verify.verify(root) == [f"{rel}: 2 rows whose __key__ is not the key of their values"]
+  shutil.rmtree(root)
+  shutil.copytree(taxi_runs["direct"], root)
+  manifest = json.load(open(os.path.join(root, "manifest.json")))
+  manifest["rows"]["read"] += 3
+  manifest["rows"]["rejected"] += 3
+  json.dump(manifest, open(os.path.join(root, "manifest.json"), "w"))
+  problems = verify.verify(root)
+  assert len(problems) == 1 and "rows.rejected is" in problems[0]
 
 
 def test_rejected_rows_are_written_with_provenance_and_counted(tmp_path):
