@@ -29,7 +29,7 @@ from transforms.spec.dataset import record_columns
 from transforms.spec.key import key_batch
 from transforms.spec.stages import KEY, PARSE_FP, PARSE_FP as FP, RAW_FP
 
-__all__ = ["verify", "run"]
+__all__ = ["verify", "run", "report"]
 
 
 def _read(path):
@@ -168,12 +168,16 @@ def run(argv=None):
   if FileSystems.exists(FileSystems.join(argv[0], run_metadata.FILE)):
     raise common.UsageError(f"{argv[0]} is a feature log, not an ingest dataset: skewtrace "
                             f"verify {argv[0]} (or python -m replay.verify_log) checks it")
-  problems = verify(argv[0])
+  return report(argv[0], verify(argv[0]))
+
+
+def report(root, problems, intact="intact"):
+  """Prints each problem (DAMAGED ...) or that `root` is intact; the exit code (1 / 0)."""
   for p in problems:
     print(f"DAMAGED {p}")
   if problems:
     return 1
-  print(f"{argv[0]}: intact")
+  print(f"{root}: {intact}")
   return 0
 
 

@@ -12,7 +12,9 @@ Dates and times are shown as ISO-8601 text; values are never rounded here.
 
 When records first differ at raw or parse, `input_differences` counts, per input column, the
 records of the differing buckets whose values differ between the two datasets (joined by key,
-both sides read once, vectorised): which column a raw-stage divergence is about.
+each side's dataset read once, vectorised): which column a raw-stage divergence is about. A
+dataset that cannot be read leaves its side without evidence and says why in
+`evidence_errors`; the verdict, which rests on the logs, stands.
 """
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines import dataset
 from replay import kernels
+from replay.compare import SIDES
 from transforms.spec import dataset as dataset_spec
 from transforms.spec import feature_log
 from transforms.spec.stages import KEY
@@ -31,52 +34,34 @@ INPUT_STAGES = ("raw", "parse")  # a record first differing here differs in its 
 _PARQUET = "parquet"
 
 
-def _rows(input_dir, keys):
-  """{key: {column: value}} of the records with those keys in an ingest dataset, with its
-  record columns in schema order; ({}, []) when the folder is not an ingest dataset."""
-  try:
-    manifest = dataset.load_manifest(input_dir) if input_dir else None
-  except (OSError, ValueError):
-    manifest = None
-  if not manifest or not keys:
-    return {}, []
-  columns = [name for name, _ in dataset_spec.record_columns(manifest)]
-  wanted = pa.array(sorted(keys), pa.large_string())
-  found = {}
-  for shard in manifest.get("shards", []):
-    if shard.get("format") != _PARQUET:
-      continue
-    with FileSystems.open(FileSystems.join(input_dir, shard["path"]),
-                          compression_type="uncompressed") as f:
-      table = pq.read_table(f, columns=[KEY] + columns)
-    table = table.filter(pc.is_in(table.column(KEY).cast(pa.large_string()), value_set=wanted))
-    for row in table.to_pylist():
-      found[row.pop(KEY)] = row
-  return found, columns
-
-
 def _dataset(input_dir, buckets, num_buckets):
-  """(the records of an ingest dataset whose key falls in `buckets`, its record columns);
-  (None, []) when the folder is not an ingest dataset."""
+  """(the records of an ingest dataset whose key falls in `buckets`, its record columns, a
+  one-line problem or None), each Parquet shard read once (key and record columns only);
+  (None, [], None) when the folder is not an ingest dataset."""
   try:
     manifest = dataset.load_manifest(input_dir) if input_dir else None
   except (OSError, ValueError):
     manifest = None
   if not manifest:
-    return None, []
+    return None, [], None
   columns = [name for name, _ in dataset_spec.record_columns(manifest)]
+  wanted = pa.array(sorted(buckets), pa.int64())
   tables = []
   for shard in manifest.get("shards", []):
     if shard.get("format") != _PARQUET:
       continue
-    with FileSystems.open(FileSystems.join(input_dir, shard["path"]),
-                          compression_type="uncompressed") as f:
-      table = pq.read_table(f, columns=[KEY] + columns)
+    path = FileSystems.join(input_dir, shard["path"])
+    try:
+      with FileSystems.open(path, compression_type="uncompressed") as f:
+        table = pq.read_table(f, columns=[KEY] + columns)
+    except (OSError, pa.ArrowException) as e:
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      return None, columns, f"{path} is not a readable Parquet file ({first})"
     keys = table.column(KEY).cast(pa.large_string()).combine_chunks()
-    wanted = pa.array(sorted(buckets), pa.int64())
+    table = table.set_column(0, KEY, keys)
     tables.append(table.filter(pc.is_in(pa.array(feature_log.bucket_of(keys, num_buckets)),
                                         value_set=wanted)))
-  return (pa.concat_tables(tables) if tables else None), columns
+  return (pa.concat_tables(tables) if tables else None), columns, None
 
 
 def _differ(a, b):
@@ -88,13 +73,9 @@ def _differ(a, b):
   return pc.invert(pc.or_(both_null, pc.fill_null(pc.equal(a, b), False)))
 
 
-def column_differences(input_dirs, buckets, num_buckets):
-  """{"records": records on both sides, "columns": {column: records whose value differs}} over
-  the differing buckets; None when either side is not an ingest dataset."""
-  off, off_cols = _dataset(input_dirs.get("offline"), buckets, num_buckets)
-  prod, prod_cols = _dataset(input_dirs.get("production"), buckets, num_buckets)
-  if off is None or prod is None:
-    return None
+def column_differences(off, off_cols, prod, prod_cols):
+  """{"records": records on both sides, "columns": {column: records whose value differs}} of
+  two sides' records (joined by key)."""
   off = off.rename_columns([KEY] + [f"o.{c}" for c in off_cols])
   prod = prod.rename_columns([KEY] + [f"p.{c}" for c in prod_cols])
   joined = off.join(prod, KEY, join_type="inner").combine_chunks()
@@ -110,34 +91,50 @@ def column_differences(input_dirs, buckets, num_buckets):
           "columns": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
+def _rows(table, keys):
+  """{key: {column: value}} of the records of `table` with those keys."""
+  if table is None or not keys:
+    return {}
+  picked = table.filter(pc.is_in(table.column(KEY), value_set=pa.array(sorted(keys),
+                                                                          pa.large_string())))
+  found = {}
+  for row in picked.to_pylist():
+    found[row.pop(KEY)] = row
+  return found
+
+
 def _text(v):
   return v.isoformat() if hasattr(v, "isoformat") else kernels.jsonable(v)
 
 
 def attach(report, input_dirs, buckets=(), num_buckets=1):
-  """report with the input columns of its raw/parse samples (divergent and latent) on each
-  side, and the per-column counts over the differing `buckets`; input_dirs: {side: the run
-  metadata's input.dir}."""
+  """report with, when records first differ at raw or parse, the per-column counts over the
+  differing `buckets` and the input columns of its raw/parse samples (divergent and latent) on
+  each side, each side's dataset read once; input_dirs: {side: the run metadata's input.dir}.
+  A side whose dataset cannot be read shows none, and `evidence_errors` says why (the diff's
+  verdict, which rests on the logs, stands)."""
+  firsts = report.get("first_divergent_stage", {})
+  if not buckets or not any(firsts.get(s) for s in INPUT_STAGES):
+    return report
+  sides = {s: _dataset(input_dirs.get(s), buckets, num_buckets) for s in SIDES}
+  errors = [problem for _, _, problem in sides.values() if problem]
+  if errors:
+    report["evidence_errors"] = errors
+  (off, off_cols, _), (prod, prod_cols, _) = sides["offline"], sides["production"]
+  if off is not None and prod is not None:
+    report["input_differences"] = column_differences(off, off_cols, prod, prod_cols)
   kinds = ("divergent", "latent")
   keys = {s["key"] for k in kinds for s in report["samples"].get(k, [])
           if s["first_divergent_stage"] in INPUT_STAGES}
-  firsts = report.get("first_divergent_stage", {})
-  if buckets and any(firsts.get(s) for s in INPUT_STAGES):
-    found = column_differences(input_dirs, buckets, num_buckets)
-    if found is not None:
-      report["input_differences"] = found
-  if not keys:
-    return report
-  off, off_cols = _rows(input_dirs.get("offline"), keys)
-  prod, prod_cols = _rows(input_dirs.get("production"), keys)
   columns = off_cols + [c for c in prod_cols if c not in off_cols]
-  if not columns:
+  if not keys or not columns:
     return report
+  a_rows, b_rows = _rows(off, keys), _rows(prod, keys)
   for kind in kinds:
     for sample in report["samples"].get(kind, []):
       if sample["first_divergent_stage"] not in INPUT_STAGES:
         continue
-      a, b = off.get(sample["key"], {}), prod.get(sample["key"], {})
+      a, b = a_rows.get(sample["key"], {}), b_rows.get(sample["key"], {})
       values = {c: [_text(a.get(c)), _text(b.get(c))] for c in columns}
       sample["input"] = values
       sample["input_differs"] = [c for c in columns if values[c][0] != values[c][1]]

@@ -66,6 +66,7 @@ def _explanations(report):
   if columns:
     out.append("input columns that differ (records of the differing buckets): " + ", ".join(
         f"{c} {k}" for c, k in columns.items()))
+  out += [f"input evidence unavailable: {e}" for e in report.get("evidence_errors", [])]
   for u in report.get("unexplained", []):
     out.append(f"{u.get('stage')}: {u.get('records')} records {u.get('note')}")
   return out
@@ -220,6 +221,8 @@ def _what_differs(report):
         (" feeds " + ", ".join(a["features"]) if a.get("features") else "")
         for a in moved[:6])) +
                  (f" (+{len(moved) - 6} more)" if len(moved) > 6 else "") + "</li>")
+  for error in report.get("evidence_errors", []):
+    items.append(f"<li><strong>input evidence unavailable</strong>: {_e(error)}</li>")
   noise = report.get("noise", {})
   if noise.get("records"):
     items.append(f"<li><strong>noise</strong>: {int(noise['records'])} records — "

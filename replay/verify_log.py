@@ -114,13 +114,8 @@ def run(argv=None):
   argv = list(argv or [])
   if len(argv) != 1 or argv[0].startswith("-") or not is_log(argv[0]):
     return verify_dataset.run(argv)
-  problems = verify(argv[0])
-  for p in problems:
-    print(f"DAMAGED {p}")
-  if problems:
-    return 1
-  print(f"{argv[0]}: intact (every row re-read and re-fingerprinted)")
-  return 0
+  return verify_dataset.report(argv[0], verify(argv[0]),
+                               "intact (every row re-read and re-fingerprinted)")
 
 
 if __name__ == "__main__":

@@ -373,6 +373,17 @@ def test_08_raw_values_changed_upstream_are_attributed_to_raw(keyed):
     assert s["input"]["fare"] == [float(fares[s["key"]]),
                                   float(f"{float(fares[s['key']]) + 1:.2f}")]
     assert s["input"]["trip_id"] == [s["key"], s["key"]]
+  # The production dataset damaged afterwards: the verdict stands (it rests on the logs), the
+  # evidence of that side is gone and the report says which file could not be read.
+  shard = sorted(glob.glob(os.path.join(data, "parquet", "*.parquet")))[0]
+  with open(shard, "wb") as f:
+    f.write(b"not parquet")
+  code2, r2 = _diff(keyed["offline"], prod, d / "d_raw_damaged", "--samples", "1000")
+  assert code2 == code and r2["records"] == r["records"]
+  assert len(r2["evidence_errors"]) == 1 and shard in r2["evidence_errors"][0]
+  assert "input_differences" not in r2
+  assert all(s["input"]["fare"][1] is None for k in ("divergent", "latent")
+             for s in r2["samples"][k] if s["first_divergent_stage"] == "raw")
 
 
 def test_08b_event_time_an_hour_off_in_serving_is_raw_with_both_times_shown(keyed):
