@@ -321,28 +321,28 @@ def _compare_matched(part, o, p, context):
 
   aggregates = aggregates_of(sorted(set(o.schema.names) | set(p.schema.names)))
 
+  def pair(column, r):  # a log cell of row r on each side, as report.json holds it
+    return [kernels.jsonable(_cell(t, column, r)) for t in (o, p)]
+
   def entry_of(rows):
     def entry(i, key):
       r = int(rows[i])
       if s_bad[r] and not t_bad[r]:  # the values the model received on each side
-        feats = {name: [kernels.jsonable(_model_input(o, name)[r].as_py()),
-                        kernels.jsonable(_model_input(p, name)[r].as_py())]
+        feats = {name: [kernels.jsonable(_model_input(t, name)[r].as_py()) for t in (o, p)]
                  for name in sorted(served_differs) if served_differs[name][r]}
       else:
-        feats = {name: [kernels.jsonable(_value(o, name, r)), kernels.jsonable(_value(p, name, r))]
-                 for name in names if differs[name][r]}
+        feats = {name: pair(value_column(name), r) for name in names if differs[name][r]}
       out = {"key": key, "first_divergent_stage": first[r], "features": feats}
-      when = {c: [kernels.jsonable(_cell(o, c, r)), kernels.jsonable(_cell(p, c, r))] for c in _WHEN
-              if c in o.schema.names or c in p.schema.names}
       if aggregates:  # the windowed aggregates' values before TFT, on each side
-        out["aggregates"] = {a: [_cell(o, aggregate_column(a), r), _cell(p, aggregate_column(a), r)]
-                             for a in aggregates}
+        out["aggregates"] = {a: pair(aggregate_column(a), r) for a in aggregates}
+      when = {c: pair(c, r) for c in _WHEN if c in o.schema.names or c in p.schema.names}
       return {**out, "when": when} if when else out
     return entry
   for kind, mask in (("divergent", model), ("latent", any_early & ~model)):
     rows = np.flatnonzero(mask)
     keys = _column(o, KEY).take(pa.array(rows, pa.int64()))
     part.samples[kind] = kernels.samples(keys, entry_of(rows), context.samples)
+
 
 def _model_input(table, name):
   """What the model received for feature `name` on one side: the served value where serving
@@ -390,10 +390,6 @@ def _compare_served(part, o, p, names, rows_mask, context):
       f["served_mismatch"] += int((~close).sum())
       f["served_within_tolerance"] += int((close & ~same).sum())
   return differs, bad
-
-
-def _value(table, name, row):
-  return _cell(table, value_column(name), row)
 
 
 def _cell(table, column, row):

@@ -33,6 +33,7 @@ from replay import analyzers as analyzer_diff
 from replay import compare, evidence, metadata, model, render, tolerance as tolerances, verify_log
 from transforms.spec import feature_log
 from transforms.spec.dataset import coverage_of
+from transforms.spec.errors import first_line
 
 __all__ = ["DiffOptions", "DiffFlags", "DiffPlan", "plan_diff", "build_pipeline", "run_job", "run",
            "METRICS_NAMESPACE"]
@@ -131,8 +132,7 @@ def _read_parts(paths):
       with FileSystems.open(path, compression_type="uncompressed") as f:
         tables.append(pq.read_table(f, **feature_log.read_options()))
     except (OSError, pa.ArrowException) as e:
-      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-      raise common.DataError(f"{path} is not a readable Parquet file ({first})") from None
+      raise common.DataError(f"{path} is not a readable Parquet file ({first_line(e)})") from None
   if not tables:
     return None
   return tables[0] if len(tables) == 1 else \
@@ -229,10 +229,10 @@ def _footer(path, side):
     raise common.UsageError(f"--{side}: {path} is not a readable Parquet file ({e})") from None
 
 
-def _check_parts(meta, listed, directory, bucket, side):
+def _check_parts(meta, entries, listed, directory, bucket, side):
   """The bucket's part paths on one side and their schema, each part's footer read (no page)
-  and its rows checked against run_metadata.json."""
-  entry = {int(b["bucket"]): b for b in meta["log"]["buckets"]}.get(bucket)
+  and its rows checked against run_metadata.json; entries: {bucket: its metadata entry}."""
+  entry = entries.get(bucket)
   if entry is None:
     return [], None
   paths = listed[bucket]
@@ -286,11 +286,14 @@ def plan_diff(opts):
   metadata.check_compatible(metas["offline"], metas["production"])
   differing, equal = metadata.plan_buckets(metas["offline"], metas["production"])
   listed = {s: metadata.listed_parts(metas[s], dirs[s], s) for s in compare.SIDES}
+  entries = {s: {int(b["bucket"]): b for b in metas[s]["log"]["buckets"]} for s in compare.SIDES}
+  check = lambda side, bucket: _check_parts(metas[side], entries[side], listed[side],
+                                            dirs[side], bucket, side)
   tasks, schemas = [], []
   for bucket in differing:
     parts = {}
     for side in compare.SIDES:
-      parts[side], schema = _check_parts(metas[side], listed[side], dirs[side], bucket, side)
+      parts[side], schema = check(side, bucket)
       schemas += [schema] if schema is not None else []
     tasks.append((bucket, parts))
   # Buckets equal on every digest are not read, but each of their parts must be there, whole
@@ -298,7 +301,7 @@ def plan_diff(opts):
   # input error, never "no divergence".
   for entry in equal:
     for side in compare.SIDES:
-      _, schema = _check_parts(metas[side], listed[side], dirs[side], int(entry["bucket"]), side)
+      _, schema = check(side, int(entry["bucket"]))
       if not schemas and schema is not None:
         schemas.append(schema)  # nothing differs: the features from one footer
   ao, ap = metas["offline"]["analyze"], metas["production"]["analyze"]

@@ -26,6 +26,7 @@ from replay import kernels
 from replay.compare import SIDES
 from transforms.spec import dataset as dataset_spec
 from transforms.spec import feature_log
+from transforms.spec.errors import first_line
 from transforms.spec.stages import KEY
 
 __all__ = ["INPUT_STAGES", "attach", "column_differences"]
@@ -55,8 +56,7 @@ def _dataset(input_dir, buckets, num_buckets):
       with FileSystems.open(path, compression_type="uncompressed") as f:
         table = pq.read_table(f, columns=[KEY] + columns)
     except (OSError, pa.ArrowException) as e:
-      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-      return None, columns, f"{path} is not a readable Parquet file ({first})"
+      return None, columns, f"{path} is not a readable Parquet file ({first_line(e)})"
     keys = table.column(KEY).cast(pa.large_string()).combine_chunks()
     table = table.set_column(0, KEY, keys)
     tables.append(table.filter(pc.is_in(pa.array(feature_log.bucket_of(keys, num_buckets)),

@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from replay import metadata
 from transforms.spec import feature_log, fingerprint
+from transforms.spec.errors import first_line
 from transforms.spec.stages import SERVE, TRANSFORM
 
 __all__ = ["verify", "is_log", "run"]
@@ -87,8 +88,7 @@ def verify(directory):
     try:
       table = _read(paths)
     except (OSError, pa.ArrowException) as e:
-      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-      problems.append(f"{where}: not a readable Parquet file ({first})")
+      problems.append(f"{where}: not a readable Parquet file ({first_line(e)})")
       continue
     if table is None:
       if entry["rows"]:

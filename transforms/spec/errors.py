@@ -1,7 +1,7 @@
 """The error types every layer raises, each carrying its exit code; the jobs' wrapper
 (pipelines/common.main_wrapper) catches them in one place and prints one line."""
 
-__all__ = ["UsageError", "DataError", "HelpRequested"]
+__all__ = ["UsageError", "DataError", "HelpRequested", "first_line"]
 
 
 class UsageError(Exception):
@@ -16,3 +16,9 @@ class HelpRequested(Exception):
 
 class DataError(UsageError):
   """Input data that cannot be accepted (e.g. too many rejected rows): exit code 2."""
+
+
+def first_line(error):
+  """The first line of an exception's message (its type's name when it has none): what a
+  one-line error quotes of a library's multi-line one."""
+  return (str(error).strip().splitlines() or [type(error).__name__])[0]

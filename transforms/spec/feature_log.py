@@ -26,16 +26,15 @@ from transforms.spec import fingerprint
 from transforms.spec.key import key_hash
 from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
 
-__all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_SEED", "KEY", "EVENT_TIME",
-           "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON", "HEAD",
-           "STAGE_COLUMNS", "fp_column", "value_column", "served_column", "aggregate_column",
-           "aggregates_of", "feature_fp_column",
-           "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
-           "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
-           "parquet_options", "read_options",
-           "log_hash", "bucket_of", "buckets_of", "bucket_path", "bucket_glob", "part_path",
-           "is_part_file", "transformed_path", "passthrough_columns", "passthrough_types",
-           "stage_digests"]
+__all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_SEED", "KEY",
+           "EVENT_TIME", "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON",
+           "HEAD", "STAGE_COLUMNS", "fp_column", "value_column", "served_column",
+           "aggregate_column", "aggregates_of", "feature_fp_column", "feature_of",
+           "is_served_column", "served_of", "cast_served", "model_inputs", "features_of",
+           "is_value_column", "is_feature_fp_column", "dictionary_columns", "parquet_options",
+           "read_options", "log_hash", "bucket_of", "buckets_of", "bucket_path", "bucket_glob",
+           "part_path", "is_part_file", "transformed_path", "passthrough_columns",
+           "passthrough_types", "stage_digests"]
 
 LOG_DIR, TRANSFORMED_DIR, TRANSFORM_FN_DIR = "feature_log", "transformed", "transform_fn"
 # Inside a transform_fn folder: TFT's saved function (tft.TFTransformOutput.TRANSFORM_FN_DIR)
