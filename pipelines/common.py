@@ -63,6 +63,10 @@ def parse_options(argv, job_classes=None):
       subset.setdefault(str(cls), cls)
   for cls in subset.values():
     cls._add_argparse_args(parser)  # pylint: disable=protected-access
+
+  def refuse(message):  # argparse would print its whole usage to stderr and exit: one line
+    raise UsageError(f"{message} (flags: {' '.join(argv)})")
+  parser.error = refuse
   try:
     _, unknown = parser.parse_known_args(argv)
   except SystemExit:

@@ -109,3 +109,19 @@ def test_tensorflow_loads_without_its_native_start_up_lines():
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.strip() == "2"
   assert proc.stderr.strip() == "ours"
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--fail_on", "maybe"], "argument --fail_on: invalid choice: 'maybe'"),
+    (["--samples", "x"], "argument --samples: invalid int value: 'x'"),
+    (["--samples"], "argument --samples: expected one argument")])
+def test_a_bad_flag_value_is_one_line_not_argparse_usage(flags, message, capsys, tmp_path):
+  """argparse prints its whole usage (200 lines of Beam flags) before exiting; the jobs raise
+  one UsageError naming the flag instead, and print nothing."""
+  from replay import diff
+  with pytest.raises(common.UsageError, match=message):
+    diff.run(["--offline", str(tmp_path), "--production", str(tmp_path), "--output_dir",
+              str(tmp_path / "out")] + flags)
+  captured = capsys.readouterr()
+  assert captured.err == "" and captured.out == ""
+  assert not (tmp_path / "out").exists()
