@@ -112,7 +112,8 @@ class DiffPlan:
   fail_on: str = "divergent"
   analyzers: dict = dataclasses.field(default_factory=dict)  # replay/analyzers.compare
   vocabularies: dict = dataclasses.field(default_factory=dict)  # side -> {feature: tokens}
-  inputs: dict = dataclasses.field(default_factory=dict)  # side -> run metadata input.dir
+  # side -> (run metadata input.dir, its PII columns)
+  inputs: dict = dataclasses.field(default_factory=dict)
   num_buckets: int = 1
 
 
@@ -333,7 +334,8 @@ def plan_diff(opts):
                                                          metas["production"])), scope=scope,
                   fail_on=opts.fail_on, analyzers=compared, vocabularies={
                       s: metadata.vocabularies(metas[s], dirs[s]) for s in compare.SIDES},
-                  inputs={s: metas[s]["input"].get("dir") for s in compare.SIDES},
+                  inputs={s: (metas[s]["input"].get("dir"), tuple(
+                      metas[s].get("pii", {}).get("columns", ()))) for s in compare.SIDES},
                   num_buckets=int(metas["offline"]["log"]["num_buckets"]))
 
 
@@ -342,8 +344,7 @@ def _build(plan, partial):
                               plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
                               plan.buckets_total, plan.scope, plan.fail_on, plan.analyzers,
                               plan.vocabularies)
-  return evidence.attach(report.to_dict(), plan.inputs, [b for b, _ in plan.tasks],
-                         plan.num_buckets)
+  return evidence.attach(report.to_dict(), plan.inputs, plan.tasks, plan.num_buckets)
 
 
 def _read_json(path):

@@ -7,8 +7,12 @@ sampled records are read from it by key (a filter on the key column, so only the
 rows become Python values) and every sample gains
   input          {column: [offline value, production value]} of the record's columns
   input_differs  the columns whose values differ, in schema order
-A side whose input is not an ingest dataset (a production logger fed by serving) shows null.
-Dates and times are shown as ISO-8601 text; values are never rounded here.
+A production logger has no ingest dataset: run with log_inputs, its log holds each record
+column's canonical text (input__C, spec/values.py: what the raw stage fingerprints), read from
+the log's parts of the differing buckets; the other side's values are then turned into the
+same canonical text, so the two compare by the raw stage's own rule (CSV `1.50` and JSON `1.5`
+agree). A side with neither shows null. Dates and times are shown as ISO-8601 text; values
+are never rounded here.
 
 When records first differ at raw or parse, `input_differences` counts, per input column, the
 records of the differing buckets whose values differ between the two datasets (joined by key,
@@ -25,7 +29,7 @@ from pipelines import dataset
 from replay import kernels
 from replay.compare import SIDES
 from transforms.spec import dataset as dataset_spec
-from transforms.spec import feature_log
+from transforms.spec import feature_log, values
 from transforms.spec.errors import first_line
 from transforms.spec.stages import KEY
 
@@ -35,30 +39,61 @@ INPUT_STAGES = ("raw", "parse")  # a record first differing here differs in its 
 _PARQUET = "parquet"
 
 
-def _dataset(input_dir, buckets, num_buckets):
+def _read(path, columns, key=KEY):
+  """(the `key` column, as KEY (large_string), and `columns` of a Parquet file, or None; a
+  one-line problem or None)."""
+  try:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+      table = pq.read_table(f, columns=[key] + columns, **feature_log.read_options())
+  except (OSError, pa.ArrowException) as e:
+    return None, f"{path} is not a readable Parquet file ({first_line(e)})"
+  return table.set_column(0, KEY, table.column(key).cast(pa.large_string())), None
+
+
+def _logged(paths, hashed):
+  """(a log's input__C text of the rows in `paths` (a logger run with log_inputs), renamed to
+  the record columns, its record columns, a problem or None); (None, [], None) without them.
+  Columns in `hashed` (PII: logged as HMAC hex) are not read."""
+  tables, columns = [], []
+  for path in paths:
+    try:
+      with FileSystems.open(path, compression_type="uncompressed") as f:
+        names = pq.read_schema(f).names
+    except (OSError, pa.ArrowException) as e:
+      return None, [], f"{path} is not a readable Parquet file ({first_line(e)})"
+    columns = [c for c in feature_log.inputs_of(names) if c not in hashed]
+    if not columns:
+      return None, [], None
+    table, problem = _read(path, [feature_log.input_column(c) for c in columns],
+                           feature_log.KEY)
+    if problem:
+      return None, columns, problem
+    tables.append(table.rename_columns([KEY] + columns))
+  return (pa.concat_tables(tables) if tables else None), columns, None
+
+
+def _dataset(source, buckets, num_buckets, log_paths=()):
   """(the records of an ingest dataset whose key falls in `buckets`, its record columns, a
-  one-line problem or None), each Parquet shard read once (key and record columns only);
-  (None, [], None) when the folder is not an ingest dataset."""
+  one-line problem or None), each Parquet shard read once (key and record columns only); for a
+  folder that is not an ingest dataset, the input text its log's parts `log_paths` hold
+  (_logged); source: (the run metadata's input.dir, the log's PII columns)."""
+  input_dir, hashed = source
   try:
     manifest = dataset.load_manifest(input_dir) if input_dir else None
   except (OSError, ValueError):
     manifest = None
   if not manifest:
-    return None, [], None
+    return _logged(log_paths, hashed)
   columns = [name for name, _ in dataset_spec.record_columns(manifest)]
   wanted = pa.array(sorted(buckets), pa.int64())
   tables = []
   for shard in manifest.get("shards", []):
     if shard.get("format") != _PARQUET:
       continue
-    path = FileSystems.join(input_dir, shard["path"])
-    try:
-      with FileSystems.open(path, compression_type="uncompressed") as f:
-        table = pq.read_table(f, columns=[KEY] + columns)
-    except (OSError, pa.ArrowException) as e:
-      return None, columns, f"{path} is not a readable Parquet file ({first_line(e)})"
-    keys = table.column(KEY).cast(pa.large_string()).combine_chunks()
-    table = table.set_column(0, KEY, keys)
+    table, problem = _read(FileSystems.join(input_dir, shard["path"]), columns)
+    if problem:
+      return None, columns, problem
+    keys = table.column(KEY).combine_chunks()
     tables.append(table.filter(pc.is_in(pa.array(feature_log.bucket_of(keys, num_buckets)),
                                         value_set=wanted)))
   return (pa.concat_tables(tables) if tables else None), columns, None
@@ -107,20 +142,41 @@ def _text(v):
   return v.isoformat() if hasattr(v, "isoformat") else kernels.jsonable(v)
 
 
-def attach(report, input_dirs, buckets=(), num_buckets=1):
+def _without(table, columns, hidden):
+  """(table, columns) without the `hidden` columns."""
+  kept = [c for c in columns if c not in hidden]
+  return (table.select([KEY] + kept) if table is not None else None), kept
+
+
+def _as_text(table):
+  """The record columns of `table` as canonical text (spec/values.py), key kept."""
+  return pa.table([table.column(0)] + [values.canonical_text(c) for c in table.columns[1:]],
+                  names=table.schema.names)
+
+
+def attach(report, input_dirs, tasks=(), num_buckets=1):
   """report with, when records first differ at raw or parse, the per-column counts over the
-  differing `buckets` and the input columns of its raw/parse samples (divergent and latent) on
-  each side, each side's dataset read once; input_dirs: {side: the run metadata's input.dir}.
+  differing buckets and the input columns of its raw/parse samples (divergent and latent) on
+  each side, each side's dataset read once; input_dirs: {side: (the run metadata's input.dir,
+  its PII columns)}; tasks: [(bucket, {side: the bucket's log files})] of the differing
+  buckets.
   A side whose dataset cannot be read shows none, and `evidence_errors` says why (the diff's
   verdict, which rests on the logs, stands)."""
   firsts = report.get("first_divergent_stage", {})
-  if not buckets or not any(firsts.get(s) for s in INPUT_STAGES):
+  if not tasks or not any(firsts.get(s) for s in INPUT_STAGES):
     return report
-  sides = {s: _dataset(input_dirs.get(s), buckets, num_buckets) for s in SIDES}
+  buckets = [b for b, _ in tasks]
+  sides = {s: _dataset(input_dirs.get(s, (None, ())), buckets, num_buckets,
+                       [p for _, parts in tasks for p in parts.get(s, ())]) for s in SIDES}
   errors = [problem for _, _, problem in sides.values() if problem]
   if errors:
     report["evidence_errors"] = errors
-  (off, off_cols, _), (prod, prod_cols, _) = sides["offline"], sides["production"]
+  # A PII column (HMAC hex in a log) is left out on both sides: an HMAC is not a value.
+  hidden = {c for s in SIDES for c in input_dirs.get(s, (None, ()))[1]}
+  (off, off_cols), (prod, prod_cols) = (_without(*sides[s][:2], hidden) for s in SIDES)
+  if off is not None and prod is not None and (off.schema.types[1:] != prod.schema.types[1:]
+                                               or off_cols != prod_cols):
+    off, prod = _as_text(off), _as_text(prod)  # one rule for both: the raw stage's text
   if off is not None and prod is not None:
     report["input_differences"] = column_differences(off, off_cols, prod, prod_cols)
   kinds = ("divergent", "latent")

@@ -40,6 +40,15 @@ _ROW = "__row__"
 _WINDOW_CODES = {WINDOW.reason(code): code for code, _ in WINDOW.reasons}
 
 
+def _as_text(canonical):
+  """Canonical text as pa.string: a column holding bytes that are not UTF-8 (canonical_cells
+  then gives pa.binary) shows those bytes backslash-escaped (rare: one pass in Python)."""
+  if pa.types.is_string(canonical.type):
+    return canonical
+  return pa.array([None if v is None else v.decode("utf-8", "backslashreplace")
+                   for v in canonical.to_pylist()], pa.string())
+
+
 class RecordError(UsageError, ValueError):
   """A record, or its aggregates, that the logger does not accept (a one-line message). A
   UsageError (exit code 2) and a ValueError."""
@@ -72,7 +81,8 @@ class LogRows:
   columns (value_columns(columns, aggregates)); feature_spec: its transformed_feature_spec();
   transform_batch_size: records per TFT call; pii_columns, secret: log columns written as
   pii_hash(value, secret) (parse reasons then leave out the cell text); empty_is_null: "" and
-  b"" read as null, as the CSV reader reads an empty cell. `schema` is the log's Arrow schema.
+  b"" read as null, as the CSV reader reads an empty cell; inputs: log each record column's
+  canonical text as input__C (a PII record column's hashed). `schema` is the log's Arrow schema.
 
   State across batches: `ordinals` ({content-key hex: next ordinal}), `content` (the digest of
   every parse fingerprint so far), `sampled_out` (records the sampling rule dropped) and
@@ -81,7 +91,7 @@ class LogRows:
 
   def __init__(self, columns, key_columns, event, aggregates, profile, transform, feature_spec,
                transform_batch_size, pii_columns=(), secret=None, empty_is_null=True,
-               served=()):
+               served=(), inputs=False):
     self._columns = [(n, t) for n, t in columns]
     self._names = [n for n, _ in self._columns]
     self._name_set = frozenset(self._names)
@@ -92,11 +102,12 @@ class LogRows:
     self._value_columns = value_columns(self._names, self._aggregates)
     self._profile, self._transform, self._empty_is_null = profile, transform, empty_is_null
     self._pii, self._secret = sorted(pii_columns), secret
-    unknown = [c for c in self._pii if c != log.KEY and c not in feature_spec]
+    unknown = [c for c in self._pii if c != log.KEY and c not in feature_spec and
+               c not in self._name_set]
     if unknown:
-      raise UsageError(f"pii_columns {', '.join(unknown)}: not a log column (the key or "
-                       "a transformed feature)")
-    self._served = sorted(served)
+      raise UsageError(f"pii_columns {', '.join(unknown)}: not a log column (the key, a "
+                       "transformed feature or a record column)")
+    self._served, self._inputs = sorted(served), inputs
     several = [f for f in self._served if f not in feature_spec or feature_spec[f].shape]
     if several:
       raise UsageError(f"served {', '.join(several)}: not a one-value transformed feature of "
@@ -104,6 +115,7 @@ class LogRows:
     self._features, self._feature_types = sorted(feature_spec), {}
     clear = list(log.HEAD) + [(log.aggregate_column(a), pa.int64())
                               for a in sorted(self._aggregates)]
+    clear += [(log.input_column(c), pa.string()) for c in self._names] if inputs else []
     fields = list(clear)
     for f in self._features:  # a one-value feature is logged as a scalar, as the job's log is
       typ = {"float32": pa.float32(), "int64": pa.int64()}.get(feature_spec[f].dtype.name,
@@ -116,6 +128,10 @@ class LogRows:
       fields += [clear[-1 - len(own)]] + [(c, pa.string() if f in self._pii else t)
                                           for c, t in own]
     self._clear, self.schema = pa.schema(clear), pa.schema(fields)
+    self._hashed = [n for c in self._pii for n in ([log.KEY] if c == log.KEY else (
+        [log.value_column(c)] * (c in feature_spec) +
+        [log.served_column(c)] * (c in self._served) +
+        [log.input_column(c)] * (inputs and c in self._name_set)))]
     self._transform_batch_size = transform_batch_size
     self.ordinals, self.content, self.sampled_out = {}, fingerprint.empty_digest(), 0
     self.dropped = {}
@@ -193,7 +209,7 @@ class LogRows:
     """The log rows (an Arrow table of the log schema, arrival order; sampled-out records left
     out) of a batch of accepted records (record, aggregates, served, watermark)."""
     n = len(items)
-    fp_raw, typed, bad = self._parse([it[0] for it in items])
+    fp_raw, typed, bad, canonical = self._parse([it[0] for it in items])
     ok = np.ones(n, dtype=bool)
     ok[list(bad)] = False
     fp_parse = fingerprint.fingerprint_batch(typed, PARSE.fingerprint_fields(columns=self._names))
@@ -225,8 +241,9 @@ class LogRows:
             log.fp_column(RAW.name): pa.array(fp_raw[out]),
             log.fp_column(PARSE.name): pa.array(fp_parse[out], mask=~ok[out])}
     cols.update(self._live_columns(items, typed, keys, live, start, end, out))
-    for name in [n for c in self._pii for n in ([log.KEY] if c == log.KEY else [
-        log.value_column(c)] + [log.served_column(c)] * (c in self._served))]:
+    for name, column in zip(self._names, canonical.columns) if self._inputs else ():
+      cols[log.input_column(name)] = _as_text(column).take(pa.array(out))
+    for name in self._hashed:
       cols[name] = pa.array([None if v is None else pii_hash(v, self._secret)
                              for v in cols[name].to_pylist()], pa.string())
     return pa.Table.from_arrays([cols[f.name] for f in self.schema], schema=self.schema)
@@ -295,7 +312,7 @@ class LogRows:
   # ------------------------------------------------------------------ the stages
   def _parse(self, records):
     """raw + parse: (raw fingerprints, typed batch (bad cells null), {row: [(reason code,
-    reason)]} of the records that do not parse)."""
+    reason)]} of the records that do not parse, the cells' canonical text)."""
     n = len(records)
     bad = {}
     # Records to columns: one C-level call per record (a dict.get per cell is a tenth of it). A
@@ -325,9 +342,9 @@ class LogRows:
         bad.setdefault(int(i), []).append(("key_missing",
                                            PARSE.reason("key_missing", name=name)))
     # The raw stage: each cell's canonical text (spec/values.py), before typing, as TypeRows.
-    fp_raw = fingerprint.fingerprint_batch(pa.RecordBatch.from_arrays(canonical, names=self._names),
-                                           RAW.fingerprint_fields(columns=self._names))
-    return fp_raw, pa.RecordBatch.from_arrays(typed, names=self._names), bad
+    canonical = pa.RecordBatch.from_arrays(canonical, names=self._names)
+    fp_raw = fingerprint.fingerprint_batch(canonical, RAW.fingerprint_fields(columns=self._names))
+    return fp_raw, pa.RecordBatch.from_arrays(typed, names=self._names), bad, canonical
 
   def _keys(self, typed, ok, fp_parse, fp_raw):
     """key_batch's keys (large_string); a record without them gets the content key

@@ -38,7 +38,7 @@ RUNNER = run_metadata.LOGGER_RUNNER
 # run_metadata.json's log.DROPPED_BY_REASON: {stage: {reason code: records}} (stages.py codes).
 DROPPED_BY_REASON = "dropped_by_reason"
 # The run-metadata sections a resumed log must share with this logger (log.parts aside).
-_SAME = ("format", "profile", "schema", "runner", "stages", "pii")
+_SAME = ("format", "profile", "schema", "runner", "stages", "pii", "logged_inputs")
 # A part's row order: by key, ties by the stage fingerprints (as the job's bucket files), so a
 # bucket's rows give the same bytes however they were batched.
 _ORDER = [(feature_log.KEY, "ascending")] + [
@@ -53,23 +53,24 @@ class ProductionLogger:
 
   columns: [(name, INT|FLOAT|BYTES)] as the ingest typed them; key_columns: the record key
   columns ([] = content key: hex of the parse fingerprint + ':<ordinal>' among exact duplicates,
-  counted in arrival order); event_time_column, event_time_format, event_time_zone: the feature
-  module's event-time declaration (spec/event_time.py); aggregates: its WINDOWED_AGGREGATES
-  names (values supplied per record by the caller); pii_columns: log columns ("key" or
-  transformed feature names) written as pii_hash(value, key) with the HMAC key read from the
-  environment variable named pii_key_env; max_pending_batches: full batches that may wait for
-  the worker before log() blocks; compact_on_close: merge each bucket's parts on close();
-  empty_text_is_null: "" and b"" are null, as in a CSV (False: text, as a JSON source has it);
-  served_features: the one-value transformed features whose served values (what serving fed
-  the model) the caller passes to log(): logged as served__F, compared at the serve stage.
-  """
+  in arrival order); event_time_column, event_time_format, event_time_zone: the module's
+  event-time declaration (spec/event_time.py); aggregates: its WINDOWED_AGGREGATES names
+  (values given per record); pii_columns: log columns ("key", transformed features, record
+  columns) written as pii_hash(value, key), the HMAC key read from the environment variable
+  named pii_key_env; max_pending_batches: full batches that may wait for the worker before
+  log() blocks; compact_on_close: merge each bucket's parts on close(); empty_text_is_null: ""
+  and b"" are null, as in a CSV (False: text, as JSON has it); served_features: the one-value
+  transformed features whose served values (what serving fed the model) log() gets: logged as
+  served__F, compared at the serve stage; log_inputs: log each record column's canonical text
+  as input__C (the diff shows and compares them for records that differ at raw or parse)."""
 
   def __init__(self, transform_fn_dir, profile, log_dir, columns, key_columns,
                event_time_column, aggregates, *, event_time_format=event_time.DEFAULT_FORMAT,
                event_time_zone=event_time.DEFAULT_ZONE, transform_module="", source="serving",
                num_buckets=16, batch_size=1024, transform_batch_size=2048,
                max_pending_batches=4, compact_on_close=True, empty_text_is_null=True,
-               pii_columns=(), pii_key_env=None, compression="snappy", served_features=()):
+               pii_columns=(), pii_key_env=None, compression="snappy", served_features=(),
+               log_inputs=False):
     if isinstance(profile, str):
       try:
         with open(profile, encoding="utf-8") as f:
@@ -92,8 +93,10 @@ class ProductionLogger:
     if min(num_buckets, batch_size, transform_batch_size, max_pending_batches) < 1:
       raise UsageError("num_buckets, batch_size, transform_batch_size and max_pending_batches "
                        "must be >= 1")
-    self._num_buckets, self._batch_size, self._compression = num_buckets, batch_size, compression
-    self._compact = compact_on_close
+    self._num_buckets, self._batch_size = num_buckets, batch_size
+    # A part's Parquet bytes (its rows already in _ORDER).
+    self._part_bytes_of = lambda table: log_files.parquet_bytes(table, compression)
+    self._compact, self._log_inputs = compact_on_close, bool(log_inputs)
     self._pii, self._secret = sorted(set(pii_columns)), None
     if self._pii:
       if not pii_key_env or not os.environ.get(pii_key_env):
@@ -104,7 +107,8 @@ class ProductionLogger:
                                               value_columns(names, self._aggregates))
     self._rules = LogRows(self._columns, self._key_columns, event, self._aggregates, profile,
                           transform, spec, transform_batch_size,
-                          self._pii, self._secret, empty_text_is_null, served_features)
+                          self._pii, self._secret, empty_text_is_null, served_features,
+                          bool(log_inputs))
     self._schema = self._rules.schema
     self._transform_module = transform_module
     self._versions = run_metadata.versions()
@@ -154,9 +158,9 @@ class ProductionLogger:
         raise UsageError(f"transform module {meta['transform_module']}: "
                          f"{type(e).__name__}: {e}".splitlines()[0]) from None
       column, form, zone = event_time.declaration(module)
-    options.setdefault("num_buckets", meta["log"]["num_buckets"])
-    options.setdefault("event_time_format", form)
-    options.setdefault("event_time_zone", zone)
+    for name, value in (("num_buckets", meta["log"]["num_buckets"]),
+                        ("event_time_format", form), ("event_time_zone", zone)):
+      options.setdefault(name, value)
     return cls(os.path.join(features_dir, feature_log.TRANSFORM_FN_DIR),
                profile if profile is not None else profiles.parse_profile(meta["profile"]),
                log_dir, [(c["name"], c["type"]) for c in meta["schema"]["columns"]],
@@ -287,10 +291,6 @@ class ProductionLogger:
           self._error = e
 
   # ------------------------------------------------------------------ files
-  def _part_bytes(self, table):
-    """A part's Parquet bytes (its rows already in _ORDER)."""
-    return log_files.parquet_bytes(table, self._compression)
-
   def _write_batch(self, items):
     """Processes a batch, writes its parts (one per bucket), then the run metadata."""
     table = self._rules.rows(items)
@@ -305,7 +305,7 @@ class ProductionLogger:
              (int(b), table.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])))
              for b in np.flatnonzero(np.diff(bounds))}
     # Parquet's writer releases the GIL: the parts are encoded side by side.
-    files = dict(zip(parts, self._io.map(self._part_bytes, [p for _, p in parts.values()])))
+    files = dict(zip(parts, self._io.map(self._part_bytes_of, [p for _, p in parts.values()])))
     for path, (b, part) in parts.items():
       entry = self._buckets.setdefault(b, {
           "rows": 0, "dropped": 0, "parts": [],
@@ -330,10 +330,8 @@ class ProductionLogger:
   def _stage(self, files):
     """{path: temp name} of files {path: bytes} written and fsynced side by side (fsync waits
     for the disk, not the CPU: the journal commits them together)."""
-    paths = list(files)
-    tmps = self._io.map(
-        lambda p: log_files.stage_file(os.path.join(self._log_dir, p), files[p]), paths)
-    return dict(zip(paths, tmps))
+    stage = lambda p: log_files.stage_file(os.path.join(self._log_dir, p), files[p])
+    return dict(zip(files, self._io.map(stage, files)))
 
   def _compact_parts(self):
     """Merges each bucket's parts into one part (rows in _ORDER, so the bytes depend only on
@@ -347,7 +345,7 @@ class ProductionLogger:
     for b, parts in merged.items():
       table = pa.concat_tables([log_files.read_part(os.path.join(self._log_dir, p)) for p in parts])
       path = feature_log.part_path(b, self._num_buckets, self._next_part)
-      files[path] = self._part_bytes(table.cast(self._schema).sort_by(_ORDER))
+      files[path] = self._part_bytes_of(table.cast(self._schema).sort_by(_ORDER))
       self._buckets[b]["parts"] = [path]
     for path, tmp in self._stage(files).items():
       os.replace(tmp, os.path.join(self._log_dir, path))
@@ -378,6 +376,8 @@ class ProductionLogger:
                                      for s, c in sorted(self._rules.dropped.items())}
     if self._pii:
       doc["pii"] = {"columns": self._pii, "hash": "hmac-sha256"}
+    if self._log_inputs:  # input__C columns: the record columns' canonical text
+      doc["logged_inputs"] = [n for n, _ in self._columns]
     return doc
 
   def _open_log_dir(self):

@@ -416,6 +416,46 @@ def test_08b_event_time_an_hour_off_in_serving_is_raw_with_both_times_shown(keye
     assert s["when"]["event_time"] == [t, t + 3600]
 
 
+def test_08c_logger_side_input_is_shown_and_compared_from_its_logged_text(keyed, monkeypatch):
+  """A production logger (log_inputs) fed fares +1.00 for every 50th record, company as PII:
+  those records part at raw; the evidence reads the logger side's input from its log (input__C,
+  canonical text) and the offline side's from its dataset, compared as the raw stage compares
+  them; the hashed column is left out (an HMAC is not a value)."""
+  from replay.logger import ProductionLogger
+  d = keyed["dir"]
+  records, aggregates = online_store.records_and_counts(keyed["csv"], keyed["offline"])
+  fares = {r["trip_id"]: r["fare"] for r in records}
+  changed = [r["trip_id"] for r in records if int(r["trip_id"]) % 50 == 0 and r["fare"]]
+  served = [dict(r, fare=f"{float(r['fare']) + 1:.2f}") if r["trip_id"] in changed else r
+            for r in records]
+  monkeypatch.setenv("SKEWTRACE_TEST_PII", "k")
+  prod = str(d / "p_logged_inputs")
+  with ProductionLogger.from_features_dir(keyed["offline"], prod, log_inputs=True,
+                                          pii_columns=["company"],
+                                          pii_key_env="SKEWTRACE_TEST_PII") as logger:
+    logger.log_batch(served, aggregates)
+  logged = _log(prod)
+  clear = dict(zip(logged.column("key").to_pylist(), logged.column("input__fare").to_pylist()))
+  assert {k: float(v) for k, v in clear.items() if v} == {
+      k: float(v) + (1 if k in changed else 0) for k, v in fares.items() if v}
+  hashed = logged.column("input__company").drop_null().to_pylist()
+  assert hashed and all(len(h) == 64 for h in hashed)
+  assert not set(hashed) & {r["company"] for r in records}
+  code, r = _diff(keyed["offline"], prod, d / "d_logged_inputs", "--samples", "1000")
+  assert code == 1
+  assert r["first_divergent_stage"]["raw"] == len(changed) > 0
+  assert r["input_differences"]["columns"] == {"fare": len(changed)}
+  samples = [s for k in ("divergent", "latent") for s in r["samples"][k]
+             if s["first_divergent_stage"] == "raw"]
+  assert samples and {s["key"] for s in samples} <= set(changed)
+  for s in samples:
+    assert s["input_differs"] == ["fare"] and "company" not in s["input"]
+    offline, production = s["input"]["fare"]
+    assert float(offline) == float(fares[s["key"]])
+    assert float(production) == float(f"{float(fares[s['key']]) + 1:.2f}")
+    assert s["input"]["trip_id"] == [s["key"], s["key"]]
+
+
 def test_09_float_noise_within_tolerance_is_not_divergent(keyed):
   prod = str(keyed["dir"] / "p_noise")
   changed = logfaults.edit_log(keyed["offline"], prod, logfaults.float_noise(1e-7))

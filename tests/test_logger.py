@@ -410,6 +410,10 @@ def test_bad_input_is_a_usage_error(offline, taxi, tmp_path):
   with pytest.raises(common.UsageError, match="another log.*profile"):
     with _logger(offline, tmp_path / "a", profile=other) as again:
       again.log(records[1], aggs[1])
+  with pytest.raises(common.UsageError, match="another log.*logged_inputs"):
+    _logger(offline, tmp_path / "a", log_inputs=True)
+  with pytest.raises(common.UsageError, match="pii_columns fare_typo: not a log column"):
+    _logger(offline, tmp_path / "b", pii_columns=["fare_typo"], pii_key_env="HOME")
   assert feature_log.LOG_SEED == _meta(str(tmp_path / "a"))["log"]["seed"]
   assert np.sum([b["rows"] for b in _meta(str(tmp_path / "a"))["log"]["buckets"]]) == 0
 

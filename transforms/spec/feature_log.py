@@ -10,8 +10,10 @@ windowed aggregate A in name order (its value before TFT, null where the record 
 it), then per transformed feature F:
 fp__F (uint64) and value__F (a scalar for one-value features, as tft.TFTransformOutput gives
 them; else the list); per feature F serving logged a value of, served__F (that value, in
-value__F's type). Each bucket's digests per stage (fingerprint.combine_digest of the stage
-fingerprints present) go to the run metadata, so a diff can skip equal buckets.
+value__F's type); with a logger's log_inputs, input__C per record column C (the cell's
+canonical text, spec/values.py: what the raw stage fingerprints). Each bucket's digests per
+stage (fingerprint.combine_digest of the stage fingerprints present) go to the run metadata,
+so a diff can skip equal buckets.
 
 Column names are built and read only here: fp_column / value_column / feature_fp_column, and
 feature_of / stage_of to read a name back.
@@ -29,12 +31,12 @@ from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
 __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_SEED", "KEY",
            "EVENT_TIME", "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON",
            "HEAD", "STAGE_COLUMNS", "fp_column", "value_column", "served_column",
-           "aggregate_column", "aggregates_of", "feature_fp_column", "feature_of",
-           "is_served_column", "served_of", "cast_served", "model_inputs", "features_of",
-           "is_value_column", "is_feature_fp_column", "dictionary_columns", "parquet_options",
-           "read_options", "log_hash", "bucket_of", "buckets_of", "bucket_path", "bucket_glob",
-           "part_path", "is_part_file", "transformed_path", "passthrough_columns",
-           "passthrough_types", "stage_digests"]
+           "aggregate_column", "aggregates_of", "input_column", "inputs_of", "feature_fp_column",
+           "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
+           "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
+           "parquet_options", "read_options", "log_hash", "bucket_of", "buckets_of",
+           "bucket_path", "bucket_glob", "part_path", "is_part_file", "transformed_path",
+           "passthrough_columns", "passthrough_types", "stage_digests"]
 
 LOG_DIR, TRANSFORMED_DIR, TRANSFORM_FN_DIR = "feature_log", "transformed", "transform_fn"
 # Inside a transform_fn folder: TFT's saved function (tft.TFTransformOutput.TRANSFORM_FN_DIR)
@@ -45,7 +47,7 @@ KEY, EVENT_TIME, WINDOW_START, WINDOW_END, SHARD_ID = (
     "key", "event_time", "window_start", "window_end", "shard_id")
 DROPPED_STAGE, DROP_REASON = "dropped_stage", "drop_reason"
 _FP, _VALUE, _FEATURE_FP, _SERVED = "fp_", "value__", "fp__", "served__"
-_AGGREGATE = "aggregate__"
+_AGGREGATE, _INPUT = "aggregate__", "input__"
 
 
 def fp_column(stage):
@@ -66,6 +68,16 @@ def aggregate_column(name):
 def aggregates_of(names):
   """The sorted windowed aggregates a log's column names hold values of."""
   return sorted(name[len(_AGGREGATE):] for name in names if name.startswith(_AGGREGATE))
+
+
+def input_column(name):
+  """The log column of a record column's canonical input text: input__<name>."""
+  return _INPUT + name
+
+
+def inputs_of(names):
+  """The record columns a log's column names hold input text of (in log order)."""
+  return [name[len(_INPUT):] for name in names if name.startswith(_INPUT)]
 
 
 def served_column(feature):
