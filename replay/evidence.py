@@ -72,6 +72,11 @@ def _logged(paths, hashed):
   return (pa.concat_tables(tables) if tables else None), columns, None
 
 
+# Every Parquet shard is read (key and record columns), not only the samples' shards: the
+# per-column counts need every record of the differing buckets, which lie in every shard.
+# Measured (bench/evidence.py, 1M rows, 8 shards): 0.22 s for the whole read with every bucket
+# differing, 0.13 s for a bare read, 0.01 s for one shard. Reading only the samples' shards
+# would save at most 0.2 s of an 8 s diff, which does not pay for a second read path.
 def _dataset(source, buckets, num_buckets, log_paths=()):
   """(the records of an ingest dataset whose key falls in `buckets`, its record columns, a
   one-line problem or None), each Parquet shard read once (key and record columns only); for a
