@@ -19,7 +19,9 @@ taxi sample into a temp folder (not timed). In one process, one after the other:
       --batch_size records at a time: what the transform costs inside the logger;
   (1) the logger: log() once per record from this thread, then close() (which writes the last
       batch and merges the parts); records/s over the whole, each log() call's latency
-      (p50, p99, max) and close()'s time. The transform runs on the logger's worker thread.
+      (p50, p99, max) and close()'s time. The transform runs on the logger's worker thread;
+  (1i) the same with log_inputs=True (each record column's canonical text logged too), against
+      (1): what logging the input for the diff's evidence costs.
 Both warm up first (a throwaway logger logs one batch; the layer is called once). Prints the
 ratios against the targets: (1)/(0) records/s >= 0.75, p99 log() < 100 us; and (1)/(0f).
 """
@@ -182,6 +184,8 @@ def main(argv=None):
     rate, latencies, closing, stats = _logger(offline, os.path.join(work, "log"), records,
                                               aggs, options)
     parts = len(os.listdir(os.path.join(work, "log", "feature_log")))
+    with_inputs, _, _, _ = _logger(offline, os.path.join(work, "log_inputs"), records, aggs,
+                                   dict(options, log_inputs=True))
   finally:
     shutil.rmtree(work, ignore_errors=True)
   p50, p99 = np.percentile(latencies, [50, 99]) / 1000
@@ -199,6 +203,8 @@ def main(argv=None):
         f"max {latencies.max() / 1000:.0f} us")
   print(f"(1)/(0) records/s:      {rate / bare:.2f}  (target >= 0.75: "
         f"{'met' if rate / bare >= 0.75 else 'not met'})")
+  print(f"(1i) with log_inputs:   {with_inputs:10,.0f} records/s, (1i)/(1) "
+        f"{with_inputs / rate:.2f}")
   print(f"(0t)/(0) records/s:     {finalized / bare:.2f}")
   print(f"(1)/(0f) records/s:     {rate / fed:.2f}")
   print(f"p99 log() / 100 us:     {p99 / 100:.2f}  (target < 1: "

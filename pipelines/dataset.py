@@ -91,6 +91,10 @@ def load_manifest(output_dir):
 
 
 def top_entries(output_dir):
+  """The names at the top of an output folder ([] when it does not exist); UsageError when the
+  path is a local file (a job would fail half-way writing under it)."""
+  if "://" not in output_dir and os.path.isfile(output_dir):
+    raise UsageError(f"{output_dir} is a file, not a folder")
   if not FileSystems.exists(output_dir):
     return []
   found = FileSystems.match([_join(output_dir, "*")])[0].metadata_list

@@ -33,6 +33,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from transforms.spec import feature_log, run_metadata
+from transforms.spec.errors import yaml_problem
 from transforms.spec.stages import STAGES
 
 __all__ = ["CheckOptions", "load_config", "evaluate", "run"]
@@ -96,7 +97,7 @@ def load_config(text, path="config"):
   try:
     doc = yaml.safe_load(text)
   except yaml.YAMLError as e:
-    raise common.UsageError(f"{path}: not valid YAML: {e}") from None
+    raise common.UsageError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
   if not isinstance(doc, dict):
     raise common.UsageError(f"{path}: a mapping with fields {', '.join(sorted(_FIELDS))}")
   unknown = sorted(set(doc) - _FIELDS)

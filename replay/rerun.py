@@ -131,6 +131,7 @@ def _plan(argv):
       "diff": common.flags_of(diff.DiffFlags, options, diff.DiffOptions, offline=dirs["a"],
                               production=dirs["b"], output_dir=dirs["diff"]),
   }
+  ingest.plan_ingest(flags["ingest"])  # the snapshot and its flags, before any job runs
   return dirs, options, flags
 
 

@@ -20,6 +20,8 @@ import math
 
 import yaml
 
+from transforms.spec.errors import yaml_problem
+
 __all__ = ["Profile", "ProfileError", "load_profile", "parse_profile"]
 
 
@@ -145,5 +147,5 @@ def load_profile(text):
   try:
     doc = yaml.safe_load(text)
   except yaml.YAMLError as e:
-    raise ProfileError(f"not valid YAML: {e}") from None
+    raise ProfileError(f"not valid YAML: {yaml_problem(e)}") from None
   return parse_profile(doc)
