@@ -87,7 +87,11 @@ def load_manifest(output_dir):
   if not FileSystems.exists(path):
     return None
   with FileSystems.open(path, compression_type="uncompressed") as f:
-    return json.loads(f.read().decode("utf-8"))
+    data = f.read()
+  try:
+    return json.loads(data.decode("utf-8"))
+  except RecursionError:  # the nesting Python's parser reads (about 1,000 levels) bounds it
+    raise ValueError(f"{path}: JSON nested too deeply to read") from None
 
 
 def top_entries(output_dir):

@@ -14,7 +14,6 @@ Writes DIR/transform_fn/ (tft.TFTransformOutput, or a copy of the given one), DI
 """
 import concurrent.futures
 import dataclasses
-import importlib
 import json
 import time
 import uuid
@@ -30,7 +29,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
-from pipelines import common, dataset, verify
+from pipelines import common, dataset, feature_module, verify
+from pipelines.feature_module import load_profile_and_module
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.progress import Progress, stage_counts
 from transforms.codec import tfrecord
@@ -40,7 +40,6 @@ from transforms.spec import event_time, feature_log, run_metadata, schema
 from transforms.spec import profile as profiles
 from transforms.spec.dataset import coverage_of, record_columns, side_of
 from transforms.spec.stages import STAGES, value_columns as stage_value_columns
-from transforms.spec.window import check_aggregates
 from transforms.stages.serialize_records import SerializeRecords
 from transforms.stages.shard_records import ShardRecords
 from transforms.stages.transform_records import TransformRecords
@@ -129,29 +128,6 @@ def plan_features(opts, pool):
                       event=event_time.declaration(module),
                       transform_fn_dir=opts.transform_fn_dir or None,
                       side=side_of(manifest)), verifying
-
-
-def load_profile_and_module(profile_path, module_name):
-  """(Profile, feature module) from the --profile and --transform_module flags, checked:
-  UsageError naming the flag when either cannot be used."""
-  text, _ = dataset.read_text(profile_path, "--profile")
-  try:
-    prof = profiles.load_profile(text)
-  except profiles.ProfileError as e:
-    raise common.UsageError(f"--profile {profile_path}: {e}") from None
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as e:
-    raise common.UsageError(f"--transform_module {module_name}: {e}") from None
-  for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
-    if not hasattr(module, attr):
-      raise common.UsageError(f"--transform_module {module_name} lacks {attr}")
-  try:
-    check_aggregates(module.WINDOWED_AGGREGATES)
-    event_time.check_declaration(*event_time.declaration(module))
-  except ValueError as e:
-    raise common.UsageError(f"--transform_module {module_name}: {e}") from None
-  return prof, module
 
 
 def _key_text(columns):
@@ -313,7 +289,7 @@ def build_pipeline(plan, options, temp_dir):
           None, value_columns, tft_schema, passthrough, transform_fn_dir=fn_dir)
     else:
       transformed, transform_fn = staged | "Transform" >> TransformRecords(
-          module.preprocessing_fn, value_columns, tft_schema, passthrough)
+          feature_module.reported(module), value_columns, tft_schema, passthrough)
       _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(fn_dir)
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])

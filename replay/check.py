@@ -96,7 +96,7 @@ def load_config(text, path="config"):
   """The validated config dict from YAML text; UsageError names the bad field."""
   try:
     doc = yaml.safe_load(text)
-  except yaml.YAMLError as e:
+  except (yaml.YAMLError, RecursionError) as e:
     raise common.UsageError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
   if not isinstance(doc, dict):
     raise common.UsageError(f"{path}: a mapping with fields {', '.join(sorted(_FIELDS))}")

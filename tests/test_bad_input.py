@@ -5,9 +5,11 @@ for the table) on a real bad input made here -- a missing or damaged file, a fol
 kind, an impossible flag value -- and checks, independently of the code under test: the exit
 code is 2; stderr is exactly one line, `error: ...`, naming what is wrong; stdout is empty; the
 output folder was not created (or, when the case hands an existing one, is byte-identical), and
-no input was changed.
+no input was changed. (`skewtrace verify` on a dataset whose manifest it cannot read is not
+here: finding damage is verify's exit 1, tested below.)
 """
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -53,6 +55,66 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   (d / "bad_fraction.yaml").write_text(yaml.safe_dump(
       dict(config, thresholds={"divergent_fraction": 3})))
   (d / "missing_night.yaml").write_text(yaml.safe_dump(config))
+  shutil.copytree(taxi_features["direct"], d / "nights" / "2026-01-02")  # a night that is there
+  with open(TAXI_CSV, "rb") as f:
+    taxi = f.read()
+  (d / "bare_cr.csv").write_bytes(taxi.replace(b"\n", b"\r"))
+  (d / "open_quote.csv").write_bytes(b'a,"b,c\n1,2,3\n4,5,6\n')
+  (d / "dup_header.csv").write_bytes(b"a,a,b\n1,2,3\n")
+  (d / "empty.csv").write_bytes(b"")
+  deep = "[" * 5000 + "]" * 5000
+  deep_manifest = d / "deep_manifest"
+  shutil.copytree(taxi_runs["direct"], deep_manifest)
+  (deep_manifest / "manifest.json").write_text(deep)
+  deep_meta = d / "deep_meta"
+  shutil.copytree(taxi_features["direct"], deep_meta)
+  (deep_meta / "run_metadata.json").write_text('{"format": ' + deep + "}")
+  (d / "deep.yaml").write_text("a: " + "[" * 20000 + "]" * 20000 + "\n")
+  with open(PROFILE) as f:
+    good = yaml.safe_load(f)
+  for name, (section, field, value) in {
+      "huge_shards": ("sharding", "num_shards", 2 ** 70), "huge_size": ("windowing", "size_seconds",
+                                                                     1e30),
+      "huge_seed": ("sharding", "hash_seed", 2 ** 64), "zero_size": ("windowing", "size_seconds", 0),
+      "text_size": ("windowing", "size_seconds", "15m")}.items():
+    doc = json.loads(json.dumps(good))
+    doc[section][field] = value
+    (d / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+  (d / "history_dir").mkdir()
+  (d / "not_sqlite").write_bytes(b"not a database" * 100)
+  (d / "history_is_dir.yaml").write_text(yaml.safe_dump(dict(config,
+                                                              history=str(d / "history_dir"))))
+  (d / "history_not_sqlite.yaml").write_text(yaml.safe_dump(dict(config,
+                                                                  history=str(d / "not_sqlite"))))
+  (d / "unknown_threshold.yaml").write_text(yaml.safe_dump(dict(config, thresholds={
+      "divergent_fraction": 0.1, "features": {"no_such_feature": 0.1}})))
+  modules = d / "modules"
+  modules.mkdir()
+  with open(os.path.join(ROOT, "transforms", "features", "taxi.py")) as f:
+    module = f.read()
+  for name, text in {
+      "raises_on_import": "raise RuntimeError('boom at import')\n",
+      "syntax_error": "def preprocessing_fn(inputs:\n",
+      "no_preprocessing_fn": "EVENT_TIME_COLUMN = 'trip_start_timestamp'\n",
+      "aggregates_not_a_list": module.replace(
+          'WINDOWED_AGGREGATES = [{"name"', 'WINDOWED_AGGREGATES = ({"name"').replace(
+          '"fn": "count"}]', '"fn": "count"}, "x")'),
+      "aggregate_without_group_by": module.replace(
+          '"group_by": "pickup_community_area",', ""),
+      "fn_raises": module.replace("def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT):",
+                                  "def preprocessing_fn(inputs, bucket_count=0):\n"
+                                  "  raise ValueError('boom in preprocessing_fn')\n\n\n"
+                                  "def _unused(inputs, bucket_count=_FEATURE_BUCKET_COUNT):"),
+      "no_event_column": module.replace('EVENT_TIME_COLUMN = "trip_start_timestamp"',
+                                        'EVENT_TIME_COLUMN = "no_such_column"'),
+  }.items():
+    (modules / f"bad_{name}.py").write_text(text)
+  out["modules"] = str(modules)
+  out.update({k.replace(".", "_"): str(d / k) for k in (
+      "bare_cr.csv", "open_quote.csv", "dup_header.csv", "empty.csv", "deep_manifest",
+      "deep_meta", "deep.yaml", "huge_shards.yaml", "huge_size.yaml", "huge_seed.yaml",
+      "zero_size.yaml", "text_size.yaml", "history_is_dir.yaml", "history_not_sqlite.yaml",
+      "unknown_threshold.yaml")})
   out.update({k.replace(".", "_"): str(d / k) for k in (
       "empty", "garbage.csv", "header_only.csv", "bad.pbtxt", "bad_profile.yaml",
       "not_yaml.yaml", "a_file", "damaged_manifest", "damaged_meta", "damaged_bucket",
@@ -112,9 +174,59 @@ CASES = [
     ("check", ["--config", "{not_yaml_yaml}"], "not_yaml.yaml"),
     ("check", ["--config", "{unknown_field_yaml}"], "threshold"),
     ("check", ["--config", "{bad_fraction_yaml}"], "divergent_fraction"),
-    ("check", ["--config", "{missing_night_yaml}", "--date", "2026-01-02"], "2026-01-02"),
+    ("check", ["--config", "{missing_night_yaml}", "--date", "2026-01-03"], "2026-01-03"),
     ("check", ["--config", "{missing_night_yaml}", "--date", "yesterday"], "date"),
-]
+    ("ingest", ["--input", "{bare_cr_csv}", "--output_dir", "{out}"], "bare_cr.csv"),
+    ("ingest", ["--input", "{open_quote_csv}", "--output_dir", "{out}"], "open_quote.csv"),
+    ("ingest", ["--input", "{dup_header_csv}", "--output_dir", "{out}"], "dup_header.csv"),
+    ("ingest", ["--input", "{empty_csv}", "--output_dir", "{out}"], "empty.csv"),
+    ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--key_columns", "no_such"],
+     "no_such"),
+    ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--max_rejected_fraction", "2"],
+     "max_rejected_fraction"),
+    ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--formats", "csv"], "formats"),
+    ("features", ["--input_dir", "{deep_manifest}", "--output_dir", "{out}", "--profile",
+                  PROFILE], "manifest.json"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{deep_yaml}"], "deep.yaml"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{huge_shards_yaml}"], "num_shards"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{huge_size_yaml}"], "size_seconds"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{huge_seed_yaml}"], "hash_seed"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{zero_size_yaml}"], "size_seconds"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{text_size_yaml}"], "size_seconds"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile", PROFILE,
+                  "--transform_fn_dir", "{empty}"], "transform_fn_dir"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{log}", "--profile", PROFILE],
+     "features_direct"),
+    ("verify", ["{deep_meta}"], "run_metadata.json"),
+    ("verify", ["{log}", "{dataset}"], "usage"),
+    ("diff", ["--offline", "{log}", "--production", "{deep_meta}", "--output_dir", "{out}"],
+     "run_metadata.json"),
+    ("diff", ["--offline", "{log}", "--production", "{log}", "--output_dir", "{out}",
+              "--tolerance", "no_such_feature=abs:1"], "no_such_feature"),
+    ("diff", ["--offline", "{log}", "--production", "{log}", "--output_dir", "{dataset}"],
+     "not empty"),
+    ("diff", ["--offline", "{log}", "--output_dir", "{out}"], "production"),
+    ("rerun", ["--input", TAXI_CSV, "--output_dir", "{out}", "--profile_a", PROFILE,
+               "--profile_b", PROFILE, "--schema", TAXI_SCHEMA, "--offline", "x"], "offline"),
+    ("check", ["--config", "{history_is_dir_yaml}", "--date", "2026-01-02"], "history"),
+    ("check", ["--config", "{history_not_sqlite_yaml}", "--date", "2026-01-02"], "not_sqlite"),
+    ("check", ["--config", "{unknown_threshold_yaml}", "--date", "2026-01-02"],
+     "no_such_feature"),
+    ("check", ["--config", "{deep_yaml}"], "deep.yaml"),
+] + [("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile", PROFILE,
+                   "--transform_module", f"bad_{name}"], word) for name, word in (
+                       ("raises_on_import", "boom at import"), ("syntax_error", "bad_syntax_error"),
+                       ("no_preprocessing_fn", "preprocessing_fn"),
+                       ("aggregates_not_a_list", "aggregate 1"),
+                       ("aggregate_without_group_by", "group_by"),
+                       ("fn_raises", "boom in preprocessing_fn"),
+                       ("no_event_column", "no_such_column"))]
 
 
 def _tree(path):
@@ -136,6 +248,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(name, flags, word, file
   values = dict(files, out=str(out))
   argv = [f.format(**values) for f in flags]
   inputs = {p: _tree(p) for p in (files["dataset"], files["log"], str(files["dir"]))}
+  monkeypatch.syspath_prepend(files["modules"])
   monkeypatch.setattr(sys, "argv", ["skewtrace", name] + argv)
   with pytest.raises(SystemExit) as e:
     cli.main()
@@ -147,3 +260,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(name, flags, word, file
   assert captured.out == ""
   assert not out.exists() or _tree(out) == {}, sorted(_tree(out))
   assert {p: _tree(p) for p in inputs} == inputs  # nothing handed in was changed
+
+
+@pytest.mark.parametrize("folder", ["damaged_manifest", "deep_manifest"])
+def test_verify_names_an_unreadable_manifest_as_damage(folder, files, capsys, monkeypatch):
+  """verify's finding, exit 1: the manifest named as unreadable, and why, on one line."""
+  monkeypatch.setattr(sys, "argv", ["skewtrace", "verify", files[folder]])
+  with pytest.raises(SystemExit) as e:
+    cli.main()
+  out = capsys.readouterr().out.splitlines()
+  assert e.value.code == 1
+  assert [line for line in out if line.startswith("DAMAGED manifest.json: unreadable (")], out

@@ -113,7 +113,15 @@ def parse_header(block):
     text = raw.decode("utf-8")
   except UnicodeDecodeError as e:
     raise HeaderError(f"header is not UTF-8 ({e.reason} at byte {e.start})") from None
-  names = next(csv.reader(io.StringIO(text)))
+  body = text[:-2] if text.endswith("\r\n") else text.rstrip("\n")
+  if "\r" in body:
+    raise HeaderError("the header holds a bare CR (\\r): line ends must be LF or CRLF")
+  if "\n" in body:  # the first record spans lines: a quote opened in the header never closes
+    raise HeaderError("the header spans several lines (an unterminated quote in it?)")
+  try:
+    names = next(csv.reader(io.StringIO(text)))
+  except csv.Error as e:
+    raise HeaderError(f"the header is not one CSV record ({e})") from None
   empty = [i + 1 for i, n in enumerate(names) if not n.strip()]
   if empty:
     raise HeaderError(f"empty header name in column(s) {empty}")

@@ -28,6 +28,8 @@ def loads(text):
     raise ValueError(f"not UTF-8 ({e.reason} at byte {e.start})") from None
   except ValueError as e:
     raise ValueError(f"malformed JSON ({e})") from None
+  except RecursionError:  # the nesting Python's parser reads (about 1,000 levels) bounds it
+    raise ValueError("malformed JSON (nested too deeply to read)") from None
 
 
 def _not_json(name):

@@ -27,6 +27,8 @@ def first_line(error):
 def yaml_problem(error):
   """One line for a YAML parse error: where (line, column, 1-based) and what, from the marks
   PyYAML gives (its own message spans several lines, with the text quoted)."""
+  if isinstance(error, RecursionError):  # Python's recursion limit bounds the nesting
+    return "nested too deeply to read"
   mark, problem = getattr(error, "problem_mark", None), getattr(error, "problem", None)
   if mark is None or not problem:
     return first_line(error)

@@ -146,6 +146,6 @@ def load_profile(text):
   """A Profile from YAML text (safe_load: no Python objects)."""
   try:
     doc = yaml.safe_load(text)
-  except yaml.YAMLError as e:
+  except (yaml.YAMLError, RecursionError) as e:
     raise ProfileError(f"not valid YAML: {yaml_problem(e)}") from None
   return parse_profile(doc)

@@ -92,6 +92,8 @@ def load(data, where):
     doc = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
   except (ValueError, UnicodeDecodeError) as e:
     raise UsageError(f"{where}: not valid JSON ({e})") from None
+  except RecursionError:  # the nesting Python's parser reads (about 1,000 levels) bounds it
+    raise UsageError(f"{where}: not valid JSON (nested too deeply to read)") from None
   if not isinstance(doc, dict):
     raise UsageError(f"{where}: not a run metadata object")
   if doc.get("format") != FORMAT:

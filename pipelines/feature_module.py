@@ -1,0 +1,54 @@
+"""The user's feature module (--transform_module) and run profile (--profile): loaded and
+checked before a features job plans anything; every failure of the module's own code -- on
+import, in its declarations, or in preprocessing_fn while TFT traces it -- is one UsageError
+line naming the module (exit 2), never a traceback."""
+import functools
+import importlib
+
+from pipelines import common, dataset
+from transforms.spec import event_time
+from transforms.spec import profile as profiles
+from transforms.spec.errors import first_line
+from transforms.spec.window import check_aggregates
+
+__all__ = ["load_profile_and_module", "reported"]
+
+
+def load_profile_and_module(profile_path, module_name):
+  """(Profile, feature module) from the --profile and --transform_module flags, checked:
+  UsageError naming the flag when either cannot be used."""
+  text, _ = dataset.read_text(profile_path, "--profile")
+  try:
+    prof = profiles.load_profile(text)
+  except profiles.ProfileError as e:
+    raise common.UsageError(f"--profile {profile_path}: {e}") from None
+  try:
+    module = importlib.import_module(module_name)
+  except Exception as e:  # noqa: BLE001 -- the module's own code: any failure is one line
+    raise common.UsageError(f"--transform_module {module_name}: {type(e).__name__}: "
+                            f"{first_line(e)}") from None
+  for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
+    if not hasattr(module, attr):
+      raise common.UsageError(f"--transform_module {module_name} lacks {attr}")
+  try:
+    check_aggregates(module.WINDOWED_AGGREGATES)
+    event_time.check_declaration(*event_time.declaration(module))
+  except ValueError as e:
+    raise common.UsageError(f"--transform_module {module_name}: {e}") from None
+  return prof, module
+
+
+def reported(module):
+  """The module's preprocessing_fn, whose failure while TFT traces it (the module's own code)
+  is one UsageError line naming the module, not a traceback out of the pipeline's
+  construction."""
+  preprocessing_fn, module_name = module.preprocessing_fn, module.__name__
+
+  @functools.wraps(preprocessing_fn)
+  def traced(*args, **kwargs):
+    try:
+      return preprocessing_fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 -- any failure of the user's code is one line
+      raise common.UsageError(f"--transform_module {module_name}: preprocessing_fn raised "
+                              f"{type(e).__name__}: {first_line(e)}") from None
+  return traced
