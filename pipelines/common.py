@@ -8,6 +8,7 @@ import sys
 from apache_beam.options import pipeline_options
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from transforms.beam import loopback
 from transforms.spec.errors import DataError, HelpRequested, UsageError
 from transforms.spec.run_metadata import versions
 
@@ -53,8 +54,11 @@ def parse_options(argv, job_classes=None):
   silently fall back to its default. This parses as Beam's get_all_options does (the direct
   PipelineOptions subclasses, first of each name) and fails on leftovers. With `job_classes`,
   only Beam's own options classes and those are accepted, so another job's flag is an error
-  too (every job module may be imported in one process, e.g. by the skewtrace command).
+  too (every job module may be imported in one process, e.g. by the skewtrace command). Every
+  job parses its flags here, so here its gRPC servers are set to bind loopback only
+  (transforms/beam/loopback.py).
   """
+  loopback.bind_loopback()
   argv = list(argv)
   parser = pipeline_options._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
   subset = {}

@@ -7,11 +7,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.codec import csv_records, sources
 from transforms.spec import fingerprint, schema
-from transforms.spec.dataset import FORMATS, MANIFEST, MANIFEST_FORMAT, REJECTED_PATH, SCHEMA_FILE
+from transforms.spec.dataset import (FORMATS, MANIFEST, MANIFEST_FORMAT, REJECTED_PATH,
+                                     SCHEMA_FILE, TEMP_PREFIX)
 from transforms.spec.errors import DataError, UsageError
 
-__all__ = ["match_inputs", "read_header", "read_text", "describe_file", "check_output_dir",
-           "publish", "remove_tree", "move_tree", "write_atomically", "top_entries",
+__all__ = ["TEMP_PREFIX", "remove_stale_temps", "match_inputs", "read_header", "read_text",
+           "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree", "write_atomically", "top_entries",
            "refuse_foreign_entries", "summary",
            "load_manifest", "read_columns", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
@@ -110,7 +111,7 @@ def refuse_foreign_entries(output_dir, overwrite, own=()):
   """Refuses an output folder holding entries other than `own` (what the job writes there
   itself) and temp leftovers, unless --overwrite was given."""
   foreign = [e for e in top_entries(output_dir)
-             if e not in own and not e.startswith(".tmp-") and not e.endswith(".tmp")]
+             if e not in own and not e.startswith(TEMP_PREFIX) and not e.endswith(".tmp")]
   if foreign and not overwrite:
     raise UsageError(f"{output_dir} is not empty ({', '.join(foreign[:5])}); pass "
                      "--overwrite to replace it")
@@ -129,10 +130,27 @@ def check_output_dir(output_dir, inputs, options, overwrite):
                        "differ); pass --overwrite to replace it")
     return
   foreign = [e for e in top_entries(output_dir)
-             if e not in _OWN_ENTRIES and not e.startswith(".tmp-")]
+             if e not in _OWN_ENTRIES and not e.startswith(TEMP_PREFIX)]
   if foreign and not overwrite:
     raise UsageError(f"{output_dir} is not empty and holds no skewtrace dataset "
                      f"({', '.join(foreign[:5])}); pass --overwrite to replace it")
+
+
+def remove_stale_temps(output_dir, keep=None):
+  """Removes the temp folders (TEMP_PREFIX*) an interrupted run of a job left in its output
+  folder (all but the run's own, `keep`): a run killed with -9 never reaches its own cleanup.
+  One job at a time writes a folder, so another temp folder there is a dead run's."""
+  if not FileSystems.exists(output_dir):
+    return
+  if "://" not in output_dir:  # Beam's local match skips dot-names and folders
+    names = os.listdir(output_dir)
+  else:
+    prefix = output_dir.rstrip("/") + "/"
+    names = {m.path[len(prefix):].split("/")[0]
+             for m in FileSystems.match([_join(output_dir, "**")])[0].metadata_list}
+  for entry in sorted(n for n in names if n.startswith(TEMP_PREFIX)):
+    if _join(output_dir, entry) != keep:
+      remove_tree(_join(output_dir, entry))
 
 
 def remove_tree(path):

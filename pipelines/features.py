@@ -36,7 +36,7 @@ from transforms.beam.progress import Progress, stage_counts
 from transforms.codec import tfrecord
 from transforms.graph import analyze
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
-from transforms.spec import event_time, feature_log, run_metadata, schema
+from transforms.spec import event_time, feature_log, pii, run_metadata, schema
 from transforms.spec import profile as profiles
 from transforms.spec.dataset import coverage_of, record_columns, side_of
 from transforms.spec.stages import STAGES, value_columns as stage_value_columns
@@ -68,6 +68,13 @@ class FeaturesOptions(PipelineOptions):
                         help="Transform with this TF Transform output folder (a features run's "
                              "OUTPUT/transform_fn, or any TFT job's) instead of analysing the "
                              "input: production's artifacts over offline data.")
+    parser.add_argument("--pii_columns", default="",
+                        help="Comma-separated log columns written as HMAC-SHA256 hex, as the "
+                             "production logger writes them: 'key' and/or transformed feature "
+                             "names (docs/logger.md, PII).")
+    parser.add_argument("--pii_key_env", default="",
+                        help="Name of the environment variable holding the HMAC key of "
+                             "--pii_columns (the key itself is never written).")
 
   @staticmethod
   def check(flags):
@@ -77,6 +84,8 @@ class FeaturesOptions(PipelineOptions):
         raise common.UsageError(f"--{name} is required")
     if flags.log_buckets < 1:
       raise common.UsageError("--log_buckets must be >= 1")
+    if pii.Pii.parse(flags.pii_columns, flags.pii_key_env).columns:
+      pii.secret_from_env(flags.pii_key_env)  # UsageError when the key is not there
     # --output_dir and --overwrite: common.OutputOptions.
 
 
@@ -97,6 +106,7 @@ class FeaturesPlan:
   event: tuple           # the module's event-time (column, format, zone) declaration
   transform_fn_dir: str = None  # transform with this transform_fn (None: analyse the input)
   side: dict = None      # the dataset's side columns (spec/dataset.side_entry)
+  pii_rule: pii.Pii = pii.Pii()  # the PII log columns (spec/pii.py)
 
 
 def _verified(input_dir, verifying):
@@ -127,7 +137,8 @@ def plan_features(opts, pool):
                       manifest=manifest, log_buckets=opts.log_buckets,
                       event=event_time.declaration(module),
                       transform_fn_dir=opts.transform_fn_dir or None,
-                      side=side_of(manifest)), verifying
+                      side=side_of(manifest),
+                      pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env)), verifying
 
 
 def _key_text(columns):
@@ -279,7 +290,8 @@ def build_pipeline(plan, options, temp_dir):
             | "ProgressShard" >> Progress("features", "shard")
             | "Serialize" >> SerializeRecords(value_columns, prof)
             | "ProgressSerialize" >> Progress("features", "serialize")
-            | "LogHash" >> beam.Map(with_log_hash).with_output_types(pa.RecordBatch))
+            | "LogHash" >> beam.Map(with_log_hash, pii=plan.pii_rule).with_output_types(
+                pa.RecordBatch))
   fn_dir = FileSystems.join(temp_dir, feature_log.TRANSFORM_FN_DIR)
   with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"),
                         passthrough_keys=passthrough_keys(passthrough)):
@@ -296,7 +308,7 @@ def build_pipeline(plan, options, temp_dir):
        | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
                                          event_format=event_format, event_zone=event_zone,
                                          served=tuple(side["served"].items()),
-                                         aggregates=plan.aggregates)
+                                         aggregates=plan.aggregates, pii=plan.pii_rule)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p
@@ -312,6 +324,12 @@ def _publish(plan, temp_dir, options):
   with FileSystems.open(FileSystems.join(temp_dir, LOG_INFO),
                         compression_type="uncompressed") as f:
     buckets = sorted(json.loads(f.read().decode("utf-8")), key=lambda b: b["bucket"])
+  features = set()  # --pii_columns checked against the log's features before publishing
+  for b in buckets if plan.pii_rule.columns else ():
+    with FileSystems.open(FileSystems.join(temp_dir, b["path"]),
+                          compression_type="uncompressed") as f:
+      features.update(feature_log.features_of(pq.read_schema(f).names))
+  plan.pii_rule.check_columns(features, "--pii_columns")
   dataset.remove_tree(FileSystems.join(out, run_metadata.FILE))
   for sub in (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.LOG_DIR):
     dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))
@@ -331,6 +349,8 @@ def _publish(plan, temp_dir, options):
               "schema": plan.manifest["schema"].get("source", "inferred"),
               "coverage": coverage_of(plan.manifest),  # what the diff's --scope reads
               "side_columns": side_of(plan.manifest)})
+  if plan.pii_rule.columns:
+    metadata["pii"] = plan.pii_rule.metadata()
   dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
   return metadata
 
@@ -343,12 +363,13 @@ def run_job(opts, options):
   try:
     plan, verifying = plan_features(opts, pool)
     existed = FileSystems.exists(plan.output_dir)
-    temp_dir = FileSystems.join(plan.output_dir, f".tmp-{uuid.uuid4().hex}")
+    temp_dir = FileSystems.join(plan.output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex)
     try:
       # TFT makes its temp folders while the graph is built: taken back if the input fails.
       pipeline = build_pipeline(plan, options, temp_dir)
       _verified(plan.input_dir, verifying)
       dataset.refuse_foreign_entries(plan.output_dir, opts.overwrite)
+      dataset.remove_stale_temps(plan.output_dir, keep=temp_dir)
     except BaseException:
       dataset.remove_tree(temp_dir)
       if not existed:

@@ -302,7 +302,8 @@ def plan_ingest(opts):
       schema_info=schema_info, key_columns=tuple(key_columns), formats=tuple(formats),
       num_shards=num_shards, block_bytes=opts.csv_block_bytes, inputs=tuple(inputs),
       compression=None if opts.parquet_compression == "none" else opts.parquet_compression,
-      output_dir=output_dir, temp_dir=FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}"),
+      output_dir=output_dir,
+      temp_dir=FileSystems.join(output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex),
       recorded=_recorded_options(opts, num_shards, formats, key_columns, source),
       coverage=coverage, side=side)
 
@@ -355,6 +356,7 @@ def run_job(opts, options):
   started = time.monotonic()
   plan = plan_ingest(opts)
   dataset.check_output_dir(plan.output_dir, list(plan.inputs), plan.recorded, opts.overwrite)
+  dataset.remove_stale_temps(plan.output_dir)
   # Beam logs a failing DoFn's traceback before re-raising it; the one raised is reported.
   beam_log = logging.getLogger("apache_beam.runners.common")
   level = beam_log.level

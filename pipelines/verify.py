@@ -104,7 +104,9 @@ def verify(root):
   entries = manifest["shards"] + [manifest["rejected"], manifest["schema"]["file"]]
   listed = {e["path"] for e in entries} | {dataset.MANIFEST}
   present = set(_listing(root))
-  problems += [f"{p}: extra file not in the manifest" for p in sorted(present - listed)]
+  problems += [f"{p}: leftover of an interrupted run (rerun the job into this folder, which "
+               "removes it, or delete it)" if p.startswith(dataset.TEMP_PREFIX) else
+               f"{p}: extra file not in the manifest" for p in sorted(present - listed)]
   parquet_digest = fingerprint.empty_digest()
   for entry in entries:
     path = entry["path"]

@@ -358,8 +358,9 @@ def run_job(opts, options):
   plan = plan_diff(opts)
   output_dir = plan.output_dir
   dataset.refuse_foreign_entries(output_dir, opts.overwrite, own=_OWN)
+  dataset.remove_stale_temps(output_dir)
   if plan.tasks:
-    temp_dir = FileSystems.join(output_dir, f".tmp-{uuid.uuid4().hex}")
+    temp_dir = FileSystems.join(output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex)
     try:
       FileSystems.mkdirs(temp_dir)
       path, errors_path = (FileSystems.join(temp_dir, name) for name in (REPORT_JSON, _ERRORS))

@@ -14,8 +14,6 @@ sampled-out count and the drop counts per reason (the logger restores all but th
 count on resume). Not thread-safe: the logger's one worker thread calls rows(). docs/logger.md.
 """
 import datetime
-import hashlib
-import hmac
 import operator
 
 import numpy as np
@@ -27,6 +25,7 @@ from transforms.spec import feature_log as log
 from transforms.spec import typing as cells
 from transforms.spec.errors import UsageError
 from transforms.spec.key import content_keys, hex64, key_batch
+from transforms.spec.pii import pii_hash
 from transforms.spec.serialize import round_trip
 from transforms.spec.shard import sample_mask, shard_ids
 from transforms.spec.stages import (KEY, PARSE, RAW, SERIALIZE, SERVE, SHARD, SHARD_ID,
@@ -52,11 +51,6 @@ def _as_text(canonical):
 class RecordError(UsageError, ValueError):
   """A record, or its aggregates, that the logger does not accept (a one-line message). A
   UsageError (exit code 2) and a ValueError."""
-
-
-def pii_hash(value, secret):
-  """HMAC-SHA256 hex of a value's canonical encoding (docs/fingerprint.md), keyed by secret."""
-  return hmac.new(secret, fingerprint.encode_record({"value": value}), hashlib.sha256).hexdigest()
 
 
 def watermark_seconds(watermark):

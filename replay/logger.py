@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from replay import log_files
 from replay.log_rows import LogRows, RecordError, pii_hash, watermark_seconds
 from transforms.graph import analyze, feed
-from transforms.spec import event_time, feature_log, fingerprint, run_metadata, schema
+from transforms.spec import event_time, feature_log, fingerprint, pii, run_metadata, schema
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
 from transforms.spec.stages import FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM, value_columns
@@ -97,12 +97,8 @@ class ProductionLogger:
     # A part's Parquet bytes (its rows already in _ORDER).
     self._part_bytes_of = lambda table: log_files.parquet_bytes(table, compression)
     self._compact, self._log_inputs = compact_on_close, bool(log_inputs)
-    self._pii, self._secret = sorted(set(pii_columns)), None
-    if self._pii:
-      if not pii_key_env or not os.environ.get(pii_key_env):
-        raise UsageError(f"pii_columns need an HMAC key: environment variable "
-                         f"{pii_key_env!r} is not set")
-      self._secret = os.environ[pii_key_env].encode("utf-8")
+    self._pii = sorted(set(pii_columns))
+    self._secret = pii.secret_from_env(pii_key_env) if self._pii else None
     transform, spec = feed.transform_function(transform_fn_dir,
                                               value_columns(names, self._aggregates))
     self._rules = LogRows(self._columns, self._key_columns, event, self._aggregates, profile,
@@ -375,7 +371,7 @@ class ProductionLogger:
     doc["log"][DROPPED_BY_REASON] = {s: dict(sorted(c.items()))
                                      for s, c in sorted(self._rules.dropped.items())}
     if self._pii:
-      doc["pii"] = {"columns": self._pii, "hash": "hmac-sha256"}
+      doc["pii"] = pii.Pii(tuple(self._pii)).metadata()
     if self._log_inputs:  # input__C columns: the record columns' canonical text
       doc["logged_inputs"] = [n for n, _ in self._columns]
     return doc

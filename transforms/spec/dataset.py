@@ -1,7 +1,7 @@
 """The ingest dataset's format: its folder layout, shard and file names, the manifest's name and
 format tag, and the dead-letter record (manifests/dataset_manifest.schema.json)."""
 
-__all__ = ["MANIFEST", "MANIFEST_FORMAT", "SCHEMA_FILE", "FORMATS", "REJECTED_PATH",
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "SCHEMA_FILE", "FORMATS", "REJECTED_PATH", "TEMP_PREFIX",
            "COVERAGE_KINDS", "coverage_entry", "coverage_of", "SIDE_ROLES", "side_entry",
            "side_of", "side_names", "record_columns", "shard_name", "rejected_row"]
 
@@ -10,6 +10,9 @@ MANIFEST_FORMAT = "skewtrace.dataset/1"
 # Shard formats -> the extension of their files (a shard format is also its folder).
 FORMATS = {"tfrecord": "tfrecord", "parquet": "parquet"}
 REJECTED_PATH = "rejected/part-00000-of-00001.jsonl"
+# A job's temp folder inside its output folder (TEMP_PREFIX + a random hex): what it writes
+# before publishing; a run removes the ones a killed run left (pipelines/dataset.py).
+TEMP_PREFIX = ".tmp-"
 
 
 def shard_name(fmt, shard, num_shards):

@@ -32,6 +32,7 @@ from transforms.codec import tfrecord
 from transforms.spec import event_time
 from transforms.spec import feature_log as log_format
 from transforms.spec import fingerprint
+from transforms.spec.pii import Pii
 from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED_STAGE,
                                          EVENT_TIME, HEAD, KEY as LOG_KEY, SHARD_ID as LOG_SHARD_ID,
                                          STAGE_COLUMNS, WINDOW_END as LOG_WINDOW_END,
@@ -58,9 +59,11 @@ _KIND = b"skewtrace.part"  # schema metadata of a part: b"head", b"kept" or b"dr
 _THREADS = 2
 
 
-def with_log_hash(batch):
-  """batch + LOG_HASH (uint64), the column the log's part writers bucket kept records by."""
-  return batch.append_column(LOG_HASH, pa.array(log_hash(batch.column(KEY))))
+def with_log_hash(batch, pii=Pii()):
+  """batch + LOG_HASH (uint64), the column the log's part writers bucket kept records by: the
+  log hash of the key as the log holds it (hashed when the key is PII, spec/pii.py)."""
+  keys = pii.hashed(batch.column(KEY)) if pii.key else batch.column(KEY)
+  return batch.append_column(LOG_HASH, pa.array(log_hash(keys)))
 
 
 def _as_uint64(column):
@@ -84,14 +87,16 @@ def _one_value(arr):
   return arr.flatten()
 
 
-def _head(batch, event, dropped, served=(), aggregates=()):
+def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii()):
   """The log's stage columns of a batch of dropped records or of records going into TFT;
   event: (column, format, zone), the event time logged in Unix seconds (spec/window.py);
   served: ((side column, feature), ...), logged as served__F for records going into TFT;
-  aggregates: the windowed aggregates' names, logged as aggregate__A for those records."""
+  aggregates: the windowed aggregates' names, logged as aggregate__A for those records; pii:
+  the key logged hashed when it is PII."""
   n = batch.num_rows
   column, form, zone = event
-  cols = {LOG_KEY: batch.column(KEY).cast(pa.string()),
+  key = batch.column(KEY)
+  cols = {LOG_KEY: pii.hashed(key) if pii.key else key.cast(pa.string()),
           EVENT_TIME: event_seconds(batch.column(column), form, zone)}
   if dropped:  # dropped records come from the window stage (parse drops stay in ingest)
     cols.update({LOG_WINDOW_START: pa.nulls(n, pa.int64()),
@@ -143,19 +148,19 @@ class _WriteHeadPartsFn(AheadDoFn):
 
   def __init__(self, temp_dir, num_buckets, event_column, dropped,
                event_format=event_time.DEFAULT_FORMAT, event_zone=event_time.DEFAULT_ZONE,
-               served=(), aggregates=()):
+               served=(), aggregates=(), pii=Pii()):
     self._dir = FileSystems.join(temp_dir, _PARTS)
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
     self._dropped = dropped
-    self._served, self._aggregates = tuple(served), tuple(aggregates)
+    self._served, self._aggregates, self._pii = tuple(served), tuple(aggregates), pii
 
   def work(self, batch):
     if not batch.num_rows:
       return []
-    cols = _head(batch, self._event, self._dropped, self._served, self._aggregates)
+    cols = _head(batch, self._event, self._dropped, self._served, self._aggregates, self._pii)
     if self._dropped:
-      hashes, kind = log_hash(batch.column(KEY)), b"dropped"
+      hashes, kind = log_hash(cols[LOG_KEY]), b"dropped"
     else:
       cols[LOG_HASH] = batch.column(LOG_HASH)
       hashes, kind = batch.column(LOG_HASH).to_numpy(), b"head"
@@ -222,7 +227,7 @@ def _feature_column(parts, name):
 _ORDER = [(LOG_KEY, "ascending")] + [(fp_column(s), "ascending") for s in RECORD_STAGES]
 
 
-def _merged_log(heads, kept, dropped, bucket):
+def _merged_log(heads, kept, dropped, bucket, pii=Pii()):
   """(the bucket's log rows in log order, its feature names; None when no record of the bucket
   went into TFT).
 
@@ -230,7 +235,8 @@ def _merged_log(heads, kept, dropped, bucket):
   parts. Each transformed row (kept parts) is lined up with its head row by (LOG_HASH, fp_raw)
   -- rows equal in both are the same raw record, equal through every stage -- and the values
   are gathered in log order with one take (null for dropped rows). fp_transform and fp__F per
-  feature F (sorted by name) are computed over the values as the log holds them."""
+  feature F (sorted by name) are computed over the values as the log holds them -- before a PII
+  feature's value (and served value) is hashed."""
   names = log_format.features_of(kept[0].schema.names) if kept else ([] if heads else None)
   rows = sum(t.num_rows for t in heads)
   got = sum(t.num_rows for t in kept)
@@ -273,11 +279,13 @@ def _merged_log(heads, kept, dropped, bucket):
       if served else record_fp
   cols[_FP_SERVE] = pa.array(serve_fp, mask=mask)
   cols.update(aggregate_cols)
+  hidden = pii.features(names)
   for n in names:
     cols[feature_fp_column(n)] = pa.array(feature_fps[n], mask=mask)
-    cols[value_column(n)] = values.column(n)
+    cols[value_column(n)] = values.column(n) if n not in hidden else pii.hashed(values.column(n))
     if n in served_values:
-      cols[served_column(n)] = served_values[n]
+      cols[served_column(n)] = served_values[n] if n not in hidden else \
+          pii.hashed(served_values[n])
   log = pa.table(cols)
   keys = log.column(LOG_KEY)
   if len(keys) > 1 and pc.any(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
@@ -302,7 +310,7 @@ def _served_values(column, values, feature, bucket):
   return cast
 
 
-def merge_bucket(temp_dir, num_buckets, bucket, paths):
+def merge_bucket(temp_dir, num_buckets, bucket, paths, pii=Pii()):
   """Reads a bucket's parts, writes its log and transformed files; returns its info dict.
 
   A bucket holding dropped records only has no fp__F / value__F columns (nothing of its
@@ -310,7 +318,8 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths):
   parts = [_read_part(p) for p in sorted(paths)]
   by_kind = {k: [t for t in parts if t.schema.metadata.get(_KIND) == k]
              for k in (b"head", b"kept", b"dropped")}
-  log, names = _merged_log(by_kind[b"head"], by_kind[b"kept"], by_kind[b"dropped"], bucket)
+  log, names = _merged_log(by_kind[b"head"], by_kind[b"kept"], by_kind[b"dropped"], bucket,
+                           pii)
   log = log.combine_chunks()
   log = pa.Table.from_arrays(log.columns, names=log.schema.names)  # no part metadata
   if names is not None:
@@ -342,9 +351,8 @@ def _write_transformed(temp_dir, num_buckets, bucket, log, names):
 class _MergeBucketsFn(beam.DoFn):
   """(bucket, part paths) -> the bucket's info dict; buckets merge on a small thread pool."""
 
-  def __init__(self, temp_dir, num_buckets):
-    self._temp_dir = temp_dir
-    self._num_buckets = num_buckets
+  def __init__(self, temp_dir, num_buckets, pii):
+    self._temp_dir, self._num_buckets, self._pii = temp_dir, num_buckets, pii
 
   def setup(self):
     self._pool = concurrent.futures.ThreadPoolExecutor(_THREADS)
@@ -355,7 +363,7 @@ class _MergeBucketsFn(beam.DoFn):
   def process(self, element):
     bucket, paths = element
     self._pending.append(self._pool.submit(merge_bucket, self._temp_dir, self._num_buckets,
-                                           bucket, list(paths)))
+                                           bucket, list(paths), self._pii))
 
   def finish_bundle(self):
     pending, self._pending = self._pending, []
@@ -371,22 +379,24 @@ class WriteFeatureLog(beam.PTransform):
   passed through; dropped batches) -> one info dict per bucket written. event_format /
   event_zone: the feature module's event-time declaration (the log holds Unix seconds); served:
   the side columns holding what serving fed the model, logged as served__F and fingerprinted
-  with the transformed values as the `serve` stage (spec/stages.py SERVE)."""
+  with the transformed values as the `serve` stage (spec/stages.py SERVE); pii: the PII
+  columns, written hashed (spec/pii.py), as the production logger writes them."""
 
   def __init__(self, temp_dir, num_buckets, event_column, event_format=event_time.DEFAULT_FORMAT,
-               event_zone=event_time.DEFAULT_ZONE, served=(), aggregates=()):
+               event_zone=event_time.DEFAULT_ZONE, served=(), aggregates=(), pii=Pii()):
     super().__init__()
     self._temp_dir = temp_dir
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
     self._served = tuple(served)  # ((side column, feature), ...): spec/dataset.py side columns
     self._aggregates = tuple(aggregates)  # windowed aggregate names, logged as aggregate__A
+    self._pii = pii
 
   def expand(self, pcolls):
     staged, transformed, dropped = pcolls
     column, form, zone = self._event
     args = (self._temp_dir, self._num_buckets, column)
-    kwargs = {"event_format": form, "event_zone": zone}
+    kwargs = {"event_format": form, "event_zone": zone, "pii": self._pii}
     parts = (
         staged | "WriteHeadParts" >> beam.ParDo(
             _WriteHeadPartsFn(*args, False, served=self._served, aggregates=self._aggregates,
@@ -397,4 +407,5 @@ class WriteFeatureLog(beam.PTransform):
     ) | "AllParts" >> beam.Flatten()
     return (parts
             | "GroupByBucket" >> beam.GroupByKey()
-            | "MergeBuckets" >> beam.ParDo(_MergeBucketsFn(self._temp_dir, self._num_buckets)))
+            | "MergeBuckets" >> beam.ParDo(_MergeBucketsFn(self._temp_dir, self._num_buckets,
+                                                           self._pii)))

@@ -1,0 +1,153 @@
+"""Crash consistency: each job killed with SIGKILL at several points, then run again.
+
+A run killed with -9 never reaches its own cleanup. Asserted after every kill, from the files
+alone: no published output next to incomplete data (a folder holding a manifest or run
+metadata verifies, else it holds nothing but temp folders); then the same command run again
+exits 0, removes the dead run's temp folders, verifies, and gives the same result as a run
+never interrupted (the manifest's content digest; the feature log's digests). The production
+logger killed between flushes: its folder verifies as it is, every flushed record is in it,
+and a new logger resumes it.
+"""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import online_store
+from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
+
+PY = sys.executable
+PROFILE = os.path.join(ROOT, "profiles", "offline.yaml")
+
+
+def _temps(folder):
+  return sorted(glob.glob(os.path.join(folder, ".tmp-*")))
+
+
+def _kill_when(cmd, ready, delay):
+  """Starts cmd, waits until ready() (or it exits), sleeps delay, kills it with SIGKILL;
+  returns whether it was killed before it finished."""
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 120
+  while proc.poll() is None and not ready() and time.monotonic() < deadline:
+    time.sleep(0.02)
+  time.sleep(delay)
+  killed = proc.poll() is None
+  if killed:
+    proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  return killed
+
+
+def _verify(folder):
+  return subprocess.run([PY, "-m", "replay.verify_log", folder], cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+
+
+def _published_or_nothing(folder, marker):
+  """A folder holding `marker` verifies; one without holds nothing but temp folders."""
+  if not os.path.exists(folder):
+    return
+  if os.path.exists(os.path.join(folder, marker)):
+    result = _verify(folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+  else:
+    assert set(os.listdir(folder)) <= {os.path.basename(t) for t in _temps(folder)}, \
+        os.listdir(folder)
+
+
+def _run(cmd):
+  result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _digests(features_dir):
+  with open(os.path.join(features_dir, "run_metadata.json")) as f:
+    meta = json.load(f)
+  return meta["input"]["content_digest"], [b["digests"] for b in meta["log"]["buckets"]]
+
+
+def test_ingest_killed_at_any_point_reruns_to_the_same_dataset(tmp_path):
+  cmd = [PY, "-m", "pipelines.ingest", "--input", TAXI_CSV, "--schema", TAXI_SCHEMA,
+         "--num_shards", "3", "--output_dir"]
+  clean = str(tmp_path / "clean")
+  _run(cmd + [clean])
+  with open(os.path.join(clean, "manifest.json")) as f:
+    digest = json.load(f)["content_digest"]
+  killed = 0
+  for i, delay in enumerate((0.0, 0.2, 0.5, 1.0)):
+    out = str(tmp_path / f"out{i}")
+    killed += _kill_when(cmd + [out], lambda out=out: bool(_temps(out)), delay)
+    _published_or_nothing(out, "manifest.json")
+    _run(cmd + [out])
+    assert not _temps(out)
+    result = _verify(out)
+    assert result.returncode == 0, result.stdout
+    with open(os.path.join(out, "manifest.json")) as f:
+      assert json.load(f)["content_digest"] == digest
+  assert killed >= 2  # most kills landed mid-run
+
+
+def test_features_killed_at_any_point_reruns_to_the_same_log(taxi_runs, tmp_path):
+  cmd = [PY, "-m", "pipelines.features", "--input_dir", taxi_runs["direct"], "--profile",
+         PROFILE, "--output_dir"]
+  clean = str(tmp_path / "clean")
+  _run(cmd + [clean])
+  killed = 0
+  for i, delay in enumerate((0.5, 4.0)):
+    out = str(tmp_path / f"out{i}")
+    killed += _kill_when(cmd + [out], lambda out=out: bool(_temps(out)), delay)
+    _published_or_nothing(out, "run_metadata.json")
+    _run(cmd + [out])
+    assert not _temps(out)
+    result = _verify(out)
+    assert result.returncode == 0, result.stdout
+    assert _digests(out) == _digests(clean)
+  assert killed == 2
+
+
+LOGGER = r'''
+import json, sys
+from replay.logger import ProductionLogger
+from tests import online_store
+offline, log_dir, csv_path, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+records, aggs = online_store.records_and_counts(csv_path, offline)
+logger = ProductionLogger.from_features_dir(offline, log_dir, batch_size=batch)
+for lo in range(0, len(records), batch):
+  logger.log_batch(records[lo:lo + batch], aggs[lo:lo + batch])
+  logger.flush()
+  print(lo + len(records[lo:lo + batch]), flush=True)
+logger.close()
+'''
+
+
+@pytest.mark.parametrize("kill_after", [2, 5])
+def test_logger_killed_between_flushes_loses_no_flushed_record(taxi_features, tmp_path,
+                                                                kill_after):
+  offline, log_dir = taxi_features["direct"], str(tmp_path / "log")
+  proc = subprocess.Popen([PY, "-c", LOGGER, offline, log_dir, TAXI_CSV, "1000"], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  flushed = 0
+  for _ in range(kill_after):
+    line = proc.stdout.readline()
+    assert line, "the logger exited before the kill"
+    flushed = int(line)
+  proc.send_signal(signal.SIGKILL)  # mid-flush of the next batch, or between two
+  proc.wait()
+  result = _verify(log_dir)
+  assert result.returncode == 0, result.stdout + result.stderr
+  with open(os.path.join(log_dir, "run_metadata.json")) as f:
+    rows = json.load(f)["log"]["rows"]
+  assert rows >= flushed  # every flushed record is in the log
+  from replay.logger import ProductionLogger  # resumes: the rest logged, then merged
+  records, aggs = online_store.records_and_counts(TAXI_CSV, offline)
+  with ProductionLogger.from_features_dir(offline, log_dir) as logger:
+    logger.log_batch(records[rows:], aggs[rows:])
+  assert _verify(log_dir).returncode == 0
+  with open(os.path.join(log_dir, "run_metadata.json")) as f:
+    assert json.load(f)["log"]["rows"] == len(records)
