@@ -85,6 +85,9 @@ class FeaturesOptions(PipelineOptions):
     if flags.log_buckets < 1:
       raise common.UsageError("--log_buckets must be >= 1")
     if pii.Pii.parse(flags.pii_columns, flags.pii_key_env).columns:
+      if not flags.pii_key_env:
+        raise common.UsageError("--pii_columns needs --pii_key_env, the environment variable "
+                                "holding the HMAC key")
       pii.secret_from_env(flags.pii_key_env)  # UsageError when the key is not there
     # --output_dir and --overwrite: common.OutputOptions.
 

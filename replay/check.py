@@ -306,6 +306,9 @@ def run(argv=None):
       config = load_config(f.read(), opts.config)
   except OSError as e:
     raise common.UsageError(f"--config {opts.config}: {e.strerror}") from None
+  except UnicodeDecodeError as e:
+    raise common.UsageError(f"--config {opts.config}: not UTF-8 text ({e.reason} at byte "
+                            f"{e.start})") from None
   night = _night(opts.date)
   offline, production = (_expand(config[s], night) for s in ("offline", "production"))
   for side, path in (("offline", offline), ("production", production)):

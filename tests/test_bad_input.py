@@ -228,6 +228,46 @@ CASES = [
                        ("fn_raises", "boom in preprocessing_fn"),
                        ("no_event_column", "no_such_column"))]
 
+# The neighbours: each file-taking flag handed a missing path, a folder, an empty file and binary
+# garbage; each value flag handed a value of the wrong kind or out of range.
+_INGEST = ["--input", TAXI_CSV, "--output_dir", "{out}"]
+_FEATURES = ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile", PROFILE]
+_DIFF = ["--offline", "{log}", "--production", "{log}", "--output_dir", "{out}"]
+_BAD_FILES = ["{dir}/missing", "{empty}", "{empty_csv}", "{garbage_csv}"]
+CASES += [("ingest", ["--input", f, "--output_dir", "{out}"], "error") for f in _BAD_FILES]
+CASES += [("ingest", _INGEST + ["--schema", f], "schema") for f in _BAD_FILES]
+CASES += [("features", _FEATURES[:-1] + [f], "profile") for f in _BAD_FILES]
+CASES += [("features", ["--input_dir", f] + _FEATURES[2:], f) for f in
+          ["{dir}/missing", "{empty}", "{garbage_csv}", "{log}"]]
+CASES += [("features", _FEATURES + ["--transform_fn_dir", f], "transform_fn_dir") for f in
+          ["{dir}/missing", "{empty}", "{garbage_csv}", "{dataset}"]]
+CASES += [("diff", ["--offline", f] + _DIFF[2:], "offline") for f in
+          ["{dir}/missing", "{empty}", "{garbage_csv}", "{dataset}", "{damaged_meta}"]]
+CASES += [("verify", [f], "error") for f in ["{garbage_csv}", "{a_file}"]]
+CASES += [("check", ["--config", f], "error") for f in _BAD_FILES]
+CASES += [(name, base + [flag, value], flag.lstrip("-")) for name, base, flag, value in [
+    ("ingest", _INGEST, "--num_shards", "x"), ("ingest", _INGEST, "--num_shards", "1.5"),
+    ("ingest", _INGEST, "--max_rejected_fraction", "-0.1"),
+    ("ingest", _INGEST, "--max_rejected_fraction", "x"),
+    ("ingest", _INGEST, "--csv_block_bytes", "0"), ("ingest", _INGEST, "--csv_block_bytes", "x"),
+    ("ingest", _INGEST, "--parquet_compression", "lzma9"),
+    ("ingest", _INGEST, "--formats", "parquet,parquet,xml"),
+    ("ingest", _INGEST, "--preset", "azure"), ("ingest", _INGEST, "--coverage", "most"),
+    ("ingest", _INGEST, "--sampling_rate", "2"), ("ingest", _INGEST, "--sampling_rate", "x"),
+    ("ingest", _INGEST, "--served", "no_such_column=fare_z"),
+    ("ingest", _INGEST, "--logged_aggregates", "fare"),
+    ("ingest", _INGEST, "--envelope", "no_equals_sign"),
+    ("features", _FEATURES, "--log_buckets", "-3"), ("features", _FEATURES, "--log_buckets", "x"),
+    ("features", _FEATURES, "--pii_columns", "key"),
+    ("diff", _DIFF, "--abs_tol", "x"), ("diff", _DIFF, "--rel_tol", "-0.5"),
+    ("diff", _DIFF, "--max_divergent_fraction", "-0.1"),
+    ("diff", _DIFF, "--max_divergent_fraction", "x"), ("diff", _DIFF, "--samples", "-1"),
+    ("diff", _DIFF, "--scope", "some"), ("diff", _DIFF, "--tolerance", "fare_z"),
+    ("diff", _DIFF, "--tolerance", "fare_z=abs:x"), ("diff", _DIFF, "--no_such_flag", "1"),
+    ("check", ["--config", "{missing_night_yaml}"], "--date", "2026-13-01"),
+    ("check", ["--config", "{missing_night_yaml}"], "--date", "2026-02-30"),
+]]
+
 
 def _tree(path):
   """{relative path: sha256} of every file under path ({} when it does not exist)."""
