@@ -2,6 +2,7 @@
 (transforms/spec/errors.py) and versions (transforms/spec/run_metadata.py) re-exported."""
 import argparse
 import dataclasses
+import difflib
 import logging
 import sys
 
@@ -22,7 +23,7 @@ class OutputOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    parser.add_argument("--output_dir", help="Folder to write.")
+    parser.add_argument("--output_dir", help="Required. Folder to write.")
     parser.add_argument("--overwrite", action="store_true",
                         help="Replace an output folder that holds something else.")
 
@@ -76,8 +77,18 @@ def parse_options(argv, job_classes=None):
   except SystemExit:
     raise UsageError(f"cannot parse flags: {' '.join(argv)}") from None
   if unknown:
-    raise UsageError(f"unknown flag(s): {' '.join(unknown)}")
+    known = [o for a in parser._actions for o in a.option_strings  # pylint: disable=protected-access
+             if o.startswith("--")]
+    raise UsageError("unknown flag(s): " + ", ".join(_did_you_mean(u, known) for u in unknown))
   return JobOptions(argv)
+
+
+def _did_you_mean(token, known):
+  """An unknown flag as the error names it, with the closest known flag when one is close."""
+  name = token.split("=", 1)[0]
+  close = difflib.get_close_matches(name, known, n=1, cutoff=0.75) if name.startswith("--") \
+      else []
+  return f"{token} (did you mean {close[0]}?)" if close else token
 
 
 BEAM_FLAGS_NOTE = ("Any Beam pipeline flag is accepted as well (--runner, --direct_num_workers, "
@@ -85,13 +96,29 @@ BEAM_FLAGS_NOTE = ("Any Beam pipeline flag is accepted as well (--runner, --dire
                    "--region, --temp_location, ...); an unknown or misspelt flag is an error.")
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+  """Help lines that end with the flag's default, where it has one worth showing."""
+
+  def _get_help_string(self, action):
+    text = action.help or ""
+    if action.default not in (None, "", False, argparse.SUPPRESS) and "default" not in text:
+      text += " (default: %(default)s)"
+    return text
+
+
 def job_help(prog, options_classes, description):
-  """The --help text of a job: each of its own flags with its sentence, then the Beam note."""
-  parser = argparse.ArgumentParser(prog=prog, description=description,
-                                   epilog=BEAM_FLAGS_NOTE, add_help=False)
+  """The --help text of a job: each of its own flags with its sentence and default, then the
+  Beam note."""
+  parser = argparse.ArgumentParser(prog=prog, description=description, epilog=BEAM_FLAGS_NOTE,
+                                   add_help=False, formatter_class=_DefaultsShown)
   for cls in options_classes:
     cls._add_argparse_args(parser)  # pylint: disable=protected-access
   return parser.format_help()
+
+
+# The command a job's help names: "skewtrace SUBCOMMAND" when the skewtrace script runs it
+# (replay/cli.py sets it), else "python -m MODULE".
+COMMAND = {"prog": None}
 
 
 def job_options(argv, options_class, save_main_session, prog=None):
@@ -105,7 +132,8 @@ def job_options(argv, options_class, save_main_session, prog=None):
     module = options_class.__module__
     if module == "__main__":  # run as python -m pkg.job
       module = getattr(sys.modules["__main__"].__spec__, "name", module)
-    raise HelpRequested(job_help(prog or f"python -m {module}", [options_class, OutputOptions],
+    prog = prog or COMMAND["prog"] or f"python -m {module}"
+    raise HelpRequested(job_help(prog, [options_class, OutputOptions],
                                  doc))
   options = parse_options(argv, [options_class, OutputOptions])
   options.view_as(pipeline_options.SetupOptions).save_main_session = save_main_session

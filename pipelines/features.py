@@ -58,10 +58,12 @@ class FeaturesOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    parser.add_argument("--input_dir", help="An ingest dataset folder (it must verify).")
+    parser.add_argument("--input_dir", help="Required. An ingest dataset folder (it must "
+                                            "verify).")
     parser.add_argument("--transform_module", default="transforms.taxi",
                         help="Python module with preprocessing_fn and the feature declarations.")
-    parser.add_argument("--profile", help="Run profile YAML (profiles/offline.yaml, ...).")
+    parser.add_argument("--profile", help="Required. Run profile YAML (profiles/offline.yaml, "
+                                          "...).")
     parser.add_argument("--log_buckets", type=int, default=16,
                         help="Key-hash buckets of the feature log.")
     parser.add_argument("--transform_fn_dir",

@@ -56,7 +56,8 @@ class IngestOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    parser.add_argument("--input", help="Input path or glob; several separated by commas.")
+    parser.add_argument("--input", help="Required. Input path or glob; several separated by "
+                                        "commas.")
     parser.add_argument("--input_format", default="", choices=("",) + sources.FORMATS,
                         help="csv, jsonl, parquet or tfrecord; default: from the file "
                              "extension (.gz stripped first).")

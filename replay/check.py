@@ -48,7 +48,7 @@ class CheckOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    parser.add_argument("--config", help="Nightly check configuration (YAML).")
+    parser.add_argument("--config", help="Required. Nightly check configuration (YAML).")
     parser.add_argument("--date", help="Night to check, YYYY-MM-DD; default: yesterday (UTC).")
 
 

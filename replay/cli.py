@@ -52,7 +52,11 @@ def run(argv):
   if name not in SUBCOMMANDS:
     raise common.UsageError(f"unknown subcommand {name!r}; one of: {', '.join(SUBCOMMANDS)}")
   module = importlib.import_module(SUBCOMMANDS[name][0])
-  return module.run(rest)
+  common.COMMAND["prog"] = f"skewtrace {name}"
+  try:
+    return module.run(rest)
+  finally:
+    common.COMMAND["prog"] = None
 
 
 def main():

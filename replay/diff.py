@@ -50,9 +50,11 @@ class DiffOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    parser.add_argument("--offline", help="Offline feature-log folder (pipelines.features "
-                                          "output: run_metadata.json + feature_log/).")
-    parser.add_argument("--production", help="Production feature-log folder, same layout.")
+    parser.add_argument("--offline", help="Required. Offline feature-log folder "
+                                          "(pipelines.features output: run_metadata.json + "
+                                          "feature_log/).")
+    parser.add_argument("--production", help="Required. Production feature-log folder, same "
+                                             "layout.")
     parser.add_argument("--abs_tol", type=float, default=None,
                         help="Absolute tolerance on numeric features (default: float noise, "
                              "sqrt(N)*u of the value's dtype; with --rel_tol alone, 0).")

@@ -45,8 +45,10 @@ class RerunOptions(PipelineOptions):
 
   @classmethod
   def _add_argparse_args(cls, parser):
-    parser.add_argument("--profile_a", help="Run profile of side A (the diff's offline side).")
-    parser.add_argument("--profile_b", help="Run profile of side B (the diff's production side).")
+    parser.add_argument("--profile_a", help="Required. Run profile of side A (the diff's "
+                                            "offline side).")
+    parser.add_argument("--profile_b", help="Required. Run profile of side B (the diff's "
+                                            "production side).")
     parser.add_argument("--transform_fn_dir_a",
                         help="Side A transforms with this TF Transform output folder instead of "
                              "analysing the snapshot (pipelines.features --transform_fn_dir).")

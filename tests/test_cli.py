@@ -41,7 +41,7 @@ def test_top_level_help_lists_every_subcommand_with_a_sentence():
 def test_each_subcommands_help_lists_every_flag_with_a_sentence(name):
   module = importlib.import_module(cli.SUBCOMMANDS[name][0])
   text = _help([name, "--help"])
-  flags = _own_flags(module) + [("--output_dir", "Folder to write.")]
+  flags = _own_flags(module) + [("--output_dir", "Required. Folder to write.")]
   assert len(flags) > 1
   for flag, sentence in flags:
     assert sentence and sentence.strip().endswith((".", ")")), (name, flag)
@@ -125,3 +125,20 @@ def test_a_bad_flag_value_is_one_line_not_argparse_usage(flags, message, capsys,
   captured = capsys.readouterr()
   assert captured.err == "" and captured.out == ""
   assert not (tmp_path / "out").exists()
+
+
+def test_help_names_the_command_marks_required_flags_and_shows_defaults():
+  text = _help(["diff", "--help"])
+  assert text.startswith("usage: skewtrace diff ")
+  assert "Required. Offline feature-log folder" in text
+  assert "(default: 10)" in text  # --samples
+  assert "(default: None)" not in text
+
+
+@pytest.mark.parametrize("flag,hint", [("--offlin", "--offline"), ("--sample=3", "--samples"),
+                                       ("--max_divergent_fracton", "--max_divergent_fraction")])
+def test_a_misspelt_flag_names_the_flag_it_is_close_to(flag, hint):
+  with pytest.raises(common.UsageError) as e:
+    cli.run(["diff", flag])
+  assert f"unknown flag(s): {flag} (did you mean {hint}?)" in str(e.value)
+  assert "\n" not in str(e.value)
