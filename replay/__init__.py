@@ -16,6 +16,6 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
             log_files  its part and staging primitives
   check     the nightly skew check;  cli  the skewtrace console script
 """
-__all__ = ["analyzers", "charts", "check", "cli", "compare", "diff", "drift", "evidence", "kernels",
-           "log_files", "log_rows", "logger", "metadata", "model", "render", "rerun", "tolerance",
-           "verify_log"]
+__all__ = ["analyzers", "api", "charts", "check", "cli", "compare", "diff", "drift", "evidence",
+           "kernels", "log_files", "log_rows", "logger", "metadata", "model", "render", "rerun",
+           "tolerance", "verify_log"]

@@ -1,0 +1,44 @@
+"""The Python surface (replay/api.py) returns what the command line writes: the same report,
+the report's own HTML for Jupyter, the manifest and the run metadata."""
+import json
+import os
+
+import pytest
+
+from pipelines import common
+from replay import api, diff
+from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
+
+
+def test_diff_returns_the_report_the_command_writes(taxi_features, tmp_path, capsys):
+  offline, production = taxi_features["direct"], taxi_features["multi_processing"]
+  code = diff.run(["--offline", offline, "--production", production, "--output_dir",
+                   str(tmp_path / "cli"), "--samples", "3"])
+  printed = capsys.readouterr().out
+  report = api.diff(offline, production, str(tmp_path / "api"), samples=3)
+  with open(tmp_path / "cli" / "report.json") as f:
+    written = json.load(f)
+  with open(tmp_path / "cli" / "report.html") as f:
+    html = f.read()
+  strip = lambda d: {k: v for k, v in d.items() if k != "sides"}  # the folders differ
+  assert strip(report.to_dict()) == strip(written)
+  assert report.exit_code == code
+  assert report.summary() in printed
+  assert report._repr_html_() == report.html and "<html" in report.html
+  assert report.html.replace(str(tmp_path / "api"), "") == html.replace(str(tmp_path / "cli"),
+                                                                         "")
+  assert "divergent of" in repr(report)
+
+
+def test_ingest_and_features_return_their_manifest_and_metadata(tmp_path):
+  manifest = api.ingest(TAXI_CSV, str(tmp_path / "ingest"), schema=TAXI_SCHEMA, num_shards=2)
+  with open(tmp_path / "ingest" / "manifest.json") as f:
+    assert manifest == json.load(f)
+  assert manifest["rows"]["written"] == 15002
+  with pytest.raises(common.UsageError, match="unknown flag"):
+    api.ingest(TAXI_CSV, str(tmp_path / "x"), num_shard=2)
+  meta = api.features(str(tmp_path / "ingest"), str(tmp_path / "features"),
+                      os.path.join(ROOT, "profiles", "offline.yaml"), log_buckets=4)
+  with open(tmp_path / "features" / "run_metadata.json") as f:
+    assert meta == json.load(f)
+  assert meta["log"]["num_buckets"] == 4
