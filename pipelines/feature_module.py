@@ -3,12 +3,14 @@ checked before a features job plans anything; every failure of the module's own 
 import, in its declarations, or in preprocessing_fn while TFT traces it -- is one UsageError
 line naming the module (exit 2), never a traceback."""
 import functools
-import importlib
+
+from apache_beam.internal.cloudpickle import cloudpickle
 
 from pipelines import common, dataset
 from transforms.spec import event_time
 from transforms.spec import profile as profiles
 from transforms.spec.errors import first_line
+from transforms.spec.modules import import_feature_module
 from transforms.spec.window import check_aggregates
 
 __all__ = ["load_profile_and_module", "reported"]
@@ -23,10 +25,16 @@ def load_profile_and_module(profile_path, module_name):
   except profiles.ProfileError as e:
     raise common.UsageError(f"--profile {profile_path}: {e}") from None
   try:
-    module = importlib.import_module(module_name)
+    module = import_feature_module(module_name)
+  except common.UsageError:
+    raise
   except Exception as e:  # noqa: BLE001 -- the module's own code: any failure is one line
     raise common.UsageError(f"--transform_module {module_name}: {type(e).__name__}: "
                             f"{first_line(e)}") from None
+  if getattr(module, "__file__", None) == module.__name__:
+    # Loaded from its file (spec/modules.py): Beam pickles the module's functions by value,
+    # since a worker cannot import a module named by a path.
+    cloudpickle.register_pickle_by_value(module)
   for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
     if not hasattr(module, attr):
       raise common.UsageError(f"--transform_module {module_name} lacks {attr}")

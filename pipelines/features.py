@@ -61,7 +61,9 @@ class FeaturesOptions(PipelineOptions):
     parser.add_argument("--input_dir", help="Required. An ingest dataset folder (it must "
                                             "verify).")
     parser.add_argument("--transform_module", default="transforms.taxi",
-                        help="Python module with preprocessing_fn and the feature declarations.")
+                        help="The feature module (preprocessing_fn and the feature "
+                             "declarations, docs/features.md): a dotted module name or the "
+                             "path of its .py file.")
     parser.add_argument("--profile", help="Required. Run profile YAML (profiles/offline.yaml, "
                                           "...).")
     parser.add_argument("--log_buckets", type=int, default=16,

@@ -14,7 +14,6 @@ and merges each bucket's parts into one. Thread-safe. docs/logger.md.
     log.log(record, {"area_trips_in_window": n}, watermark=t)
 """
 import concurrent.futures
-import importlib
 import os
 import queue
 import threading
@@ -27,7 +26,8 @@ import pyarrow.parquet as pq
 from replay import log_files
 from replay.log_rows import LogRows, RecordError, pii_hash, watermark_seconds
 from transforms.graph import analyze, feed
-from transforms.spec import event_time, feature_log, fingerprint, pii, run_metadata, schema
+from transforms.spec import event_time, feature_log, fingerprint, modules, pii, run_metadata
+from transforms.spec import schema
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
 from transforms.spec.stages import FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM, value_columns
@@ -149,7 +149,7 @@ class ProductionLogger:
                        f"module {meta['transform_module']!r}")
     else:
       try:
-        module = importlib.import_module(meta["transform_module"])
+        module = modules.import_feature_module(meta["transform_module"])
       except Exception as e:  # noqa: BLE001 -- the module's own code: any failure is one line
         raise UsageError(f"transform module {meta['transform_module']}: "
                          f"{type(e).__name__}: {e}".splitlines()[0]) from None

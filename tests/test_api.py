@@ -42,3 +42,20 @@ def test_ingest_and_features_return_their_manifest_and_metadata(tmp_path):
   with open(tmp_path / "features" / "run_metadata.json") as f:
     assert meta == json.load(f)
   assert meta["log"]["num_buckets"] == 4
+
+
+def test_a_feature_module_given_by_its_file_path(taxi_runs, taxi_features, tmp_path):
+  """--transform_module takes a .py path as well as a module name: the same features, and the
+  run metadata records the file's absolute path."""
+  with open(os.path.join(ROOT, "transforms", "features", "taxi.py")) as f:
+    source = f.read()
+  path = tmp_path / "my_taxi_features.py"
+  path.write_text(source)
+  meta = api.features(taxi_runs["direct"], str(tmp_path / "out"),
+                      os.path.join(ROOT, "profiles", "offline.yaml"),
+                      transform_module=os.path.relpath(path))
+  with open(os.path.join(taxi_features["direct"], "run_metadata.json")) as f:
+    named = json.load(f)
+  assert meta["transform_module"] == str(path)
+  assert meta["log"]["buckets"] == named["log"]["buckets"]
+  assert meta["analyze"]["fingerprint"] == named["analyze"]["fingerprint"]

@@ -1,0 +1,33 @@
+"""--transform_module: a feature module named by its dotted name or by the path of its .py file,
+imported the same way by pipelines.features and by the production logger (which reads the name
+from run metadata). Importing this module imports neither Beam nor TensorFlow."""
+import importlib
+import importlib.util
+import os
+import sys
+
+from transforms.spec.errors import UsageError
+
+__all__ = ["import_feature_module"]
+
+
+def import_feature_module(name):
+  """A feature module by its dotted name, or by the path of its .py file (then registered
+  under its absolute path, which the run metadata records, so a logger imports the same
+  file)."""
+  if not (name.endswith(".py") or os.sep in name):
+    return importlib.import_module(name)
+  path = os.path.abspath(name)
+  if path in sys.modules:
+    return sys.modules[path]
+  if not os.path.isfile(path):
+    raise UsageError(f"--transform_module {name}: no such file")
+  spec = importlib.util.spec_from_file_location(path, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[path] = module
+  try:
+    spec.loader.exec_module(module)
+  except BaseException:
+    del sys.modules[path]
+    raise
+  return module
