@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import difflib
 import logging
+import os
 import sys
 
 from apache_beam.options import pipeline_options
@@ -178,7 +179,10 @@ def main_wrapper(run):
   try:
     code = run(sys.argv[1:])
   except HelpRequested as e:
-    print(e)
+    try:
+      print(e)
+    except BrokenPipeError:  # help piped into `head`: what was read is all that was wanted
+      sys.stdout = open(os.devnull, "w", encoding="utf-8")  # no second error at exit
     code = e.exit_code
   except UsageError as e:
     print(f"error: {e}", file=sys.stderr)

@@ -96,12 +96,12 @@ def test_job_options_make_one_view_per_class_sharing_the_values(monkeypatch):
 
 
 def test_tensorflow_loads_without_its_native_start_up_lines():
-  """pipelines.features imports TensorFlow at once: its native libraries' start-up lines and
-  the cuInit error of a machine without a GPU stay off stderr (transforms/graph/quiet.py),
-  while an error of our own still reaches it."""
+  """The features job (pipelines/features_job.py) imports TensorFlow at once: its native
+  libraries' start-up lines and the cuInit error of a machine without a GPU stay off stderr
+  (transforms/graph/quiet.py), while an error of our own still reaches it."""
   env = dict(os.environ, PYTHONHASHSEED="0")
   proc = subprocess.run([sys.executable, "-c",
-                         "from pipelines import features\n"
+                         "from pipelines import features_job\n"
                          "import tensorflow as tf\n"
                          "print(int(tf.constant(1) + 1))\n"
                          "import sys; print('ours', file=sys.stderr)"],
@@ -142,3 +142,18 @@ def test_a_misspelt_flag_names_the_flag_it_is_close_to(flag, hint):
     cli.run(["diff", flag])
   assert f"unknown flag(s): {flag} (did you mean {hint}?)" in str(e.value)
   assert "\n" not in str(e.value)
+
+
+def test_help_and_a_flag_error_do_not_import_tensorflow():
+  """--help and a misspelt flag answer before the job is imported: TensorFlow, TF Transform
+  and tfx_bsl stay unloaded (what makes them answer in under 2 s, bench/cli.py)."""
+  code = ("import sys\nfrom pipelines import common, features\n"
+          "for argv in (['--help'], ['--input_dri', 'x']):\n"
+          "  try:\n    features.run(argv)\n"
+          "  except (common.HelpRequested, common.UsageError):\n    pass\n"
+          "print(sorted(m for m in ('tensorflow', 'tensorflow_transform', 'tfx_bsl')"
+          " if m in sys.modules))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.strip() == "[]"

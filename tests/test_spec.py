@@ -71,7 +71,7 @@ def test_offline_stages_and_logger_hold_the_same_rule_objects():
       (feed.to_tft_batch, ("transforms.stages.transform_records", "transforms.graph.feed")),
       (feature_log, ("transforms.stages.write_feature_log", "replay.logger")),
       (feature_log.HEAD, ("transforms.stages.write_feature_log", None)),
-      (run_metadata, ("pipelines.features", "replay.logger")),
+      (run_metadata, ("pipelines.features_job", "replay.logger")),
   ]
   for obj, modules in offline_and_logger:
     wanted = [m for m in modules if m]

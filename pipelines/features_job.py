@@ -1,0 +1,352 @@
+"""The features job (pipelines.features runs it): its plan, its Beam pipeline, its outputs.
+
+Kept apart from pipelines/features.py, which holds the flags and the entry point, because this
+module imports TensorFlow, TF Transform and tfx_bsl, so only a run pays for them and --help
+does not. The stages, the outputs and the checks are described in pipelines/features.py.
+"""
+import concurrent.futures
+import dataclasses
+import json
+import time
+import uuid
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms.graph import quiet
+quiet.import_tensorflow()  # first: TensorFlow's native libraries load without start-up lines
+import tensorflow_transform.beam as tft_beam  # noqa: E402
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import StandardOptions
+from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
+
+from pipelines import common, dataset, feature_module, verify
+from pipelines.features_flags import FeaturesOptions
+from pipelines.feature_module import load_profile_and_module
+from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
+from transforms.beam.progress import Progress, stage_counts
+from transforms.codec import tfrecord
+from transforms.graph import analyze
+from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
+from transforms.spec import event_time, feature_log, pii, run_metadata, schema
+from transforms.spec import profile as profiles
+from transforms.spec.dataset import coverage_of, record_columns, side_of
+from transforms.spec.stages import STAGES, value_columns as stage_value_columns
+from transforms.stages.serialize_records import SerializeRecords
+from transforms.stages.shard_records import ShardRecords
+from transforms.stages.transform_records import TransformRecords
+from transforms.stages.window_records import DROPPED, WindowRecords
+from transforms.stages.write_feature_log import WriteFeatureLog, with_log_hash
+
+__all__ = ["FeaturesPlan", "plan_features", "build_pipeline", "load_profile_and_module",
+           "check_transform_fn_dir", "read_event_column", "run_job", "LOG_INFO"]
+
+LOG_INFO = "_log.json"  # the buckets' infos, in the run's temp folder
+
+
+@dataclasses.dataclass(frozen=True)
+class FeaturesPlan:
+  """What a features run does, checked before anything is written (plan_features)."""
+  input_dir: str
+  output_dir: str
+  profile: profiles.Profile
+  module: object         # the feature module
+  columns: tuple         # the dataset's ((name, type), ...)
+  aggregates: tuple      # the windowed aggregates' names
+  manifest: dict         # the input dataset's manifest
+  log_buckets: int
+  event: tuple           # the module's event-time (column, format, zone) declaration
+  transform_fn_dir: str = None  # transform with this transform_fn (None: analyse the input)
+  side: dict = None      # the dataset's side columns (spec/dataset.side_entry)
+  pii_rule: pii.Pii = pii.Pii()  # the PII log columns (spec/pii.py)
+
+
+def _verified(input_dir, verifying):
+  """Waits for the input verification; UsageError when the dataset does not verify."""
+  problems = verifying.result()  # verify itself raises UsageError for no dataset at all
+  if problems:
+    raise common.UsageError(f"--input_dir {input_dir} does not verify: {problems[0]}")
+
+
+def plan_features(opts, pool):
+  """(FeaturesPlan, the input's verification) for FeaturesFlags `opts`. The verification (it
+  decodes every shard) starts here on `pool`, after the cheap flag checks, and overlaps building
+  the pipeline; run_job waits for it before anything runs or is written.
+  Any problem found with the input while planning reports the verification's finding first."""
+  FeaturesOptions.check(opts)
+  prof, module = load_profile_and_module(opts.profile, opts.transform_module)
+  verifying = pool.submit(verify.verify, opts.input_dir)
+  try:
+    manifest, columns, aggregates = _dataset_plan(opts, module)
+    _check_event_time(opts, module, manifest, dict(columns))
+    if opts.transform_fn_dir:
+      check_transform_fn_dir(opts.transform_fn_dir, columns, aggregates)
+  except (common.UsageError, KeyError, TypeError, ValueError, OSError):
+    _verified(opts.input_dir, verifying)
+    raise
+  return FeaturesPlan(input_dir=opts.input_dir, output_dir=opts.output_dir, profile=prof,
+                      module=module, columns=tuple(columns), aggregates=tuple(aggregates),
+                      manifest=manifest, log_buckets=opts.log_buckets,
+                      event=event_time.declaration(module),
+                      transform_fn_dir=opts.transform_fn_dir or None,
+                      side=side_of(manifest),
+                      pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env)), verifying
+
+
+def _key_text(columns):
+  return ", ".join(columns) if columns else "the content key"
+
+
+def _check_key_columns(module, module_name, dataset_keys):
+  """UsageError unless the module's KEY_COLUMNS (when it declares them) are the dataset's key
+  columns: a module written against one key must not run over records keyed another way."""
+  declared = getattr(module, "KEY_COLUMNS", None)
+  if declared is None:  # the module does not depend on the key
+    return
+  if not isinstance(declared, (list, tuple)) or not all(isinstance(c, str) for c in declared):
+    raise common.UsageError(f"--transform_module {module_name}: KEY_COLUMNS must be a list of "
+                            f"column names, got {declared!r}")
+  if list(declared) != dataset_keys:
+    raise common.UsageError(
+        f"--transform_module {module_name} declares KEY_COLUMNS {_key_text(declared)} but the "
+        f"dataset is keyed by {_key_text(dataset_keys)} (ingest --key_columns)")
+
+
+def _dataset_plan(opts, module):
+  manifest = dataset.load_manifest(opts.input_dir)  # verify has refused a missing one
+  if "parquet" not in {s["format"] for s in manifest["shards"]}:
+    raise common.UsageError("--input_dir must hold Parquet shards (exact float64 values)")
+  columns = record_columns(manifest)  # the side columns are not the record's (spec/dataset.py)
+  names = [n for n, _ in columns]
+  needed = [module.EVENT_TIME_COLUMN] + [a["group_by"] for a in module.WINDOWED_AGGREGATES]
+  lacking = [n for n in needed if n not in names]
+  if lacking:
+    raise common.UsageError(f"the dataset schema lacks column(s) {', '.join(lacking)} that "
+                            f"{opts.transform_module} needs")
+  _check_key_columns(module, opts.transform_module, list(manifest["key_columns"]))
+  aggregates = [a["name"] for a in module.WINDOWED_AGGREGATES]
+  unknown = sorted(set(side_of(manifest)["aggregates"].values()) - set(aggregates))
+  if unknown:
+    raise common.UsageError(f"the dataset logs aggregate(s) {', '.join(unknown)} that "
+                            f"{opts.transform_module} does not compute (its "
+                            f"WINDOWED_AGGREGATES: {', '.join(aggregates) or 'none'})")
+  return manifest, columns, aggregates
+
+
+def _check_event_time(opts, module, manifest, types):
+  """UsageError unless the dataset's event-time column suits the module's EVENT_TIME_FORMAT:
+  its type (from the manifest), then every value (spec/event_time.check_values: an instant
+  within the plausible years; e.g. an epoch in milliseconds declared as seconds is refused).
+  Reading and checking the one column of every shard is cheap: at 1M rows in 4 Parquet shards,
+  0.03 s for int64 seconds or milliseconds and 0.17 s for ISO-8601 text (measured 2026-12-05,
+  best of 3, on the 2 shared cores)."""
+  column, form, zone = event_time.declaration(module)
+  arrow_type = schema.ARROW_TYPES[types[column]]
+  try:
+    event_time.to_seconds(pa.array([], arrow_type), form, zone)  # the type suits the form
+    for values in read_event_column(opts.input_dir, manifest, column, arrow_type):
+      event_time.check_values(values, column, form, zone)
+  except event_time.EventTimeError as e:
+    raise common.UsageError(f"--transform_module {opts.transform_module}: {e}") from None
+
+
+def read_event_column(input_dir, manifest, column, arrow_type):
+  """The event-time column of an ingest dataset, one array per shard in manifest order: from
+  its Parquet shards (exact values), or from its TFRecord shards when it has no Parquet."""
+  shards = manifest["shards"]
+  form = "parquet" if any(s["format"] == "parquet" for s in shards) else "tfrecord"
+  for shard in (s for s in shards if s["format"] == form):
+    with FileSystems.open(FileSystems.join(input_dir, shard["path"]),
+                          compression_type="uncompressed") as f:
+      if form == "parquet":
+        yield pq.read_table(f, columns=[column]).column(column).combine_chunks()
+      else:
+        yield tfrecord.decode_tfrecord(f.read(), [(column, arrow_type)]).column(
+            column).combine_chunks()
+
+
+def check_transform_fn_dir(transform_fn_dir, columns=None, aggregates=(),
+                           flag="--transform_fn_dir"):
+  """UsageError unless `transform_fn_dir` is a TF Transform output folder and, given the
+  dataset's [(name, type)] columns, its transform function takes exactly the inputs this job
+  feeds: the columns and the windowed aggregates (int64), as graph/feed.py feeds them."""
+  types = None
+  if columns is not None:
+    types = {n: schema.ARROW_TYPES.get(t, pa.string()) for n, t in columns}
+    types = {n: types.get(n, pa.int64()) for n in stage_value_columns(list(types), aggregates)}
+  try:
+    check_transform_fn(transform_fn_dir, types)
+  except ValueError as e:
+    raise common.UsageError(f"{flag} {transform_fn_dir}: {e}") from None
+
+
+class _ShardsTFXIO(ParquetTFXIO):
+  """ParquetTFXIO whose BeamSource skips tfx_bsl's telemetry step.
+
+  ParquetTFXIO.BeamSource is ReadFromParquetBatched -> Table.to_batches -> ProfileRecordBatches;
+  the last updates Beam metric distributions row by row in Python for a random tenth of the
+  batches (~1.5 s per 1M rows here), metrics this job does not use. The RecordBatches, schema
+  and TFXIO surface are ParquetTFXIO's own.
+  """
+
+  def BeamSource(self, batch_size=None):  # pylint: disable=invalid-name
+    patterns, columns = self._file_pattern, self._column_names
+
+    def expand(pipeline):
+      reads = [pipeline | f"ReadFromParquetBatched[{i}]" >> beam.io.ReadFromParquetBatched(
+          file_pattern=pattern, columns=columns) for i, pattern in enumerate(patterns)]
+      return (reads | "FlattenPCollsFromPatterns" >> beam.Flatten()
+              | "ToRecordBatch" >> beam.FlatMap(
+                  lambda table: table.to_batches(batch_size)).with_output_types(pa.RecordBatch))
+
+    return beam.ptransform_fn(expand)()
+
+
+def build_pipeline(plan, options, temp_dir):
+  """The un-run features Pipeline (outputs under temp_dir).
+
+  One fused pass reads the shards and runs window -> shard -> serialize into TFT's analysis,
+  writing the records' stage columns as it goes; the windowed counts come from a second,
+  column-projected read, so nothing waits for them. TFT carries each record's log hash and raw
+  fingerprint through (passthrough), its transform output is written beside, and the feature
+  log's merge lines the two up: only part-file paths are shuffled
+  (transforms/stages/write_feature_log.py).
+  With plan.transform_fn_dir, that transform_fn is copied to temp_dir/transform_fn here and TFT
+  transforms with the copy (what is used is what the run publishes and fingerprints).
+  """
+  prof = plan.profile
+  module = plan.module
+  event, event_format, event_zone = plan.event
+  value_columns = stage_value_columns([n for n, _ in plan.columns], plan.aggregates)
+  passthrough = feature_log.passthrough_columns()
+  arrow_types = {n: schema.ARROW_TYPES[t] for n, t in plan.columns}
+  empty = {n: pa.array([], arrow_types.get(n, pa.int64())) for n in value_columns}
+  for name, typ in feature_log.passthrough_types().items():
+    empty[passthrough[name]] = pa.array([], typ)
+  tft_schema = to_tft_batch(pa.record_batch(empty), value_columns, passthrough).schema
+  p = beam.Pipeline(options=options)
+  pattern = FileSystems.join(plan.input_dir, "parquet", "*.parquet")
+  batches = p | "ReadShards" >> _ShardsTFXIO(
+      pattern, telemetry_descriptors=["skewtrace", "features"]).BeamSource()
+  count_columns = sorted({event} | {a["group_by"] for a in module.WINDOWED_AGGREGATES})
+  count_batches = p | "ReadWindowColumns" >> _ShardsTFXIO(
+      pattern, column_names=count_columns,
+      telemetry_descriptors=["skewtrace", "features"]).BeamSource()
+  side = plan.side or side_of(plan.manifest)
+  windowed = (batches, count_batches) | "Window" >> WindowRecords(
+      event, module.WINDOWED_AGGREGATES, prof, event_format=event_format, event_zone=event_zone,
+      logged={agg: column for column, agg in side["aggregates"].items()})
+  staged = (windowed["kept"]
+            | "ProgressWindow" >> Progress("features", "window")
+            | "Shard" >> ShardRecords(prof)
+            | "ProgressShard" >> Progress("features", "shard")
+            | "Serialize" >> SerializeRecords(value_columns, prof)
+            | "ProgressSerialize" >> Progress("features", "serialize")
+            | "LogHash" >> beam.Map(with_log_hash, pii=plan.pii_rule).with_output_types(
+                pa.RecordBatch))
+  fn_dir = FileSystems.join(temp_dir, feature_log.TRANSFORM_FN_DIR)
+  with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"),
+                        passthrough_keys=passthrough_keys(passthrough)):
+    if plan.transform_fn_dir:
+      FileSystems.copy([plan.transform_fn_dir.rstrip("/") + "/"], [fn_dir + "/"])  # a tree
+      transformed, _ = staged | "Transform" >> TransformRecords(
+          None, value_columns, tft_schema, passthrough, transform_fn_dir=fn_dir)
+    else:
+      transformed, transform_fn = staged | "Transform" >> TransformRecords(
+          feature_module.reported(module), value_columns, tft_schema, passthrough)
+      _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(fn_dir)
+  transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
+  _ = ((staged, transformed, windowed[DROPPED])
+       | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
+                                         event_format=event_format, event_zone=event_zone,
+                                         served=tuple(side["served"].items()),
+                                         aggregates=plan.aggregates, pii=plan.pii_rule)
+       | "CollectBuckets" >> beam.combiners.ToList()
+       | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
+  return p
+
+
+def _write_json(value, path):
+  with FileSystems.create(path) as f:
+    f.write(json.dumps(value, sort_keys=True).encode("utf-8"))
+
+
+def _publish(plan, temp_dir, options):
+  out = plan.output_dir
+  with FileSystems.open(FileSystems.join(temp_dir, LOG_INFO),
+                        compression_type="uncompressed") as f:
+    buckets = sorted(json.loads(f.read().decode("utf-8")), key=lambda b: b["bucket"])
+  features = set()  # --pii_columns checked against the log's features before publishing
+  for b in buckets if plan.pii_rule.columns else ():
+    with FileSystems.open(FileSystems.join(temp_dir, b["path"]),
+                          compression_type="uncompressed") as f:
+      features.update(feature_log.features_of(pq.read_schema(f).names))
+  plan.pii_rule.check_columns(features, "--pii_columns")
+  dataset.remove_tree(FileSystems.join(out, run_metadata.FILE))
+  for sub in (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.LOG_DIR):
+    dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))
+  fn_dir = FileSystems.join(out, feature_log.TRANSFORM_FN_DIR)
+  metadata = run_metadata.document(
+      profile=plan.profile, transform_module=plan.module.__name__,
+      input_dir=plan.input_dir, content_digest=plan.manifest["content_digest"],
+      key_columns=plan.manifest["key_columns"], columns=plan.columns,
+      aggregates=list(plan.aggregates),
+      runner=str(options.view_as(StandardOptions).runner or "DirectRunner"),
+      # A given transform_fn's analyze stage is read from its copy by the analysing run's rule.
+      analyze=analyze.analyze_fingerprints(fn_dir),
+      num_buckets=plan.log_buckets, buckets=buckets, event_time=plan.event,
+      transform_fn=(plan.transform_fn_dir, analyze.content_digest(fn_dir)),
+      source={"format": plan.manifest["options"].get("input_format", "csv"),
+              "num_shards": plan.manifest["num_shards"],
+              "schema": plan.manifest["schema"].get("source", "inferred"),
+              "coverage": coverage_of(plan.manifest),  # what the diff's --scope reads
+              "side_columns": side_of(plan.manifest)})
+  if plan.pii_rule.columns:
+    metadata["pii"] = plan.pii_rule.metadata()
+  dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
+  return metadata
+
+
+def run_job(opts, options):
+  """Runs the features job for FeaturesFlags `opts` with the Beam `options`; returns the exit
+  code. Raises UsageError for bad flags/input."""
+  started = time.monotonic()
+  pool = concurrent.futures.ThreadPoolExecutor(1)
+  try:
+    plan, verifying = plan_features(opts, pool)
+    existed = FileSystems.exists(plan.output_dir)
+    temp_dir = FileSystems.join(plan.output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex)
+    try:
+      # TFT makes its temp folders while the graph is built: taken back if the input fails.
+      pipeline = build_pipeline(plan, options, temp_dir)
+      _verified(plan.input_dir, verifying)
+      dataset.refuse_foreign_entries(plan.output_dir, opts.overwrite)
+      dataset.remove_stale_temps(plan.output_dir, keep=temp_dir)
+    except BaseException:
+      dataset.remove_tree(temp_dir)
+      if not existed:
+        dataset.remove_tree(plan.output_dir)
+      raise
+  finally:
+    pool.shutdown(wait=False, cancel_futures=True)
+  try:
+    result = pipeline.run()
+    result.wait_until_finish()
+    metadata = _publish(plan, temp_dir, options)
+  finally:
+    dataset.remove_tree(temp_dir)
+  log = metadata["log"]
+  dropped = sum(b.get("dropped", 0) for b in log["buckets"])
+  print(f"records logged: {log['rows']} ({dropped} dropped by a stage) in "
+        f"{log['num_buckets']} buckets")
+  counts = stage_counts(result, "features")
+  if counts:
+    print("records per stage: " + ", ".join(f"{s} {counts[s]}" for s in STAGES if s in counts))
+  if plan.transform_fn_dir:
+    print(f"given transform_fn: {plan.transform_fn_dir} "
+          f"({metadata[run_metadata.TRANSFORM_FN]['digest']}), not analysed")
+  print(f"outputs: {plan.output_dir}/{feature_log.TRANSFORM_FN_DIR}, "
+        f"{feature_log.TRANSFORMED_DIR}, {feature_log.LOG_DIR}, {run_metadata.FILE}")
+  print(f"wall time: {time.monotonic() - started:.1f} s")
+  return 0
