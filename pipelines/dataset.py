@@ -12,7 +12,8 @@ from transforms.spec.dataset import (FORMATS, MANIFEST, MANIFEST_FORMAT, REJECTE
 from transforms.spec.errors import DataError, UsageError
 
 __all__ = ["TEMP_PREFIX", "remove_stale_temps", "match_inputs", "read_header", "read_text",
-           "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree", "write_atomically", "top_entries",
+           "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree",
+           "write_atomically", "top_entries",
            "refuse_foreign_entries", "summary",
            "load_manifest", "read_columns", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]

@@ -75,7 +75,8 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   for name, (section, field, value) in {
       "huge_shards": ("sharding", "num_shards", 2 ** 70), "huge_size": ("windowing", "size_seconds",
                                                                      1e30),
-      "huge_seed": ("sharding", "hash_seed", 2 ** 64), "zero_size": ("windowing", "size_seconds", 0),
+      "huge_seed": ("sharding", "hash_seed", 2 ** 64),
+      "zero_size": ("windowing", "size_seconds", 0),
       "text_size": ("windowing", "size_seconds", "15m")}.items():
     doc = json.loads(json.dumps(good))
     doc[section][field] = value
@@ -101,7 +102,8 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
           '"fn": "count"}]', '"fn": "count"}, "x")'),
       "aggregate_without_group_by": module.replace(
           '"group_by": "pickup_community_area",', ""),
-      "fn_raises": module.replace("def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT):",
+      "fn_raises": module.replace(
+          "def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT):",
                                   "def preprocessing_fn(inputs, bucket_count=0):\n"
                                   "  raise ValueError('boom in preprocessing_fn')\n\n\n"
                                   "def _unused(inputs, bucket_count=_FEATURE_BUCKET_COUNT):"),
