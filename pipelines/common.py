@@ -184,7 +184,8 @@ def main_wrapper(run):
     except BrokenPipeError:  # help piped into `head`: what was read is all that was wanted
       sys.stdout = open(os.devnull, "w", encoding="utf-8")  # no second error at exit
     code = e.exit_code
-  except UsageError as e:
-    print(f"error: {e}", file=sys.stderr)
+  except UsageError as e:  # one line, whatever a library put in the message
+    print("error: " + "; ".join(line.strip() for line in str(e).splitlines() if line.strip()),
+          file=sys.stderr)
     code = e.exit_code
   sys.exit(code or 0)

@@ -38,6 +38,9 @@ def load_profile_and_module(profile_path, module_name):
   for attr in ("preprocessing_fn", "EVENT_TIME_COLUMN", "WINDOWED_AGGREGATES"):
     if not hasattr(module, attr):
       raise common.UsageError(f"--transform_module {module_name} lacks {attr}")
+  if not callable(module.preprocessing_fn):
+    raise common.UsageError(f"--transform_module {module_name}: preprocessing_fn is not a "
+                            f"function ({type(module.preprocessing_fn).__name__})")
   try:
     check_aggregates(module.WINDOWED_AGGREGATES)
     event_time.check_declaration(*event_time.declaration(module))

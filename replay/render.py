@@ -134,11 +134,11 @@ def render_html(report, trend=None):
       "<title>skewtrace replay report</title>\n<style>", _CSS, "</style>\n</head>\n<body>\n",
       "<h1>skewtrace replay report</h1>\n",
       f"<p class=\"verdict {status}\" id=\"verdict\">{_e(sentence)}</p>\n",
-      _what_differs(report),
   ]
-  if trend:
+  if trend:  # the nightly check's page: the trend first, under the verdict
     parts += [f"<h2>Last {TREND_NIGHTS} nights</h2>\n", charts.trend_chart(trend, report)]
   parts += [
+      _what_differs(report),
       "<h2>Divergence by first stage</h2>\n", charts.stage_chart(report),
       _table(["stage", "match", "mismatch", "first divergent stage of",
               "of which reach the model"],

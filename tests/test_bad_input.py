@@ -107,6 +107,7 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
                                   "def preprocessing_fn(inputs, bucket_count=0):\n"
                                   "  raise ValueError('boom in preprocessing_fn')\n\n\n"
                                   "def _unused(inputs, bucket_count=_FEATURE_BUCKET_COUNT):"),
+      "fn_not_callable": module + "\npreprocessing_fn = 3\n",
       "no_event_column": module.replace('EVENT_TIME_COLUMN = "trip_start_timestamp"',
                                         'EVENT_TIME_COLUMN = "no_such_column"'),
   }.items():
@@ -232,6 +233,7 @@ CASES = [
                        ("aggregates_not_a_list", "aggregate 1"),
                        ("aggregate_without_group_by", "group_by"),
                        ("fn_raises", "boom in preprocessing_fn"),
+                       ("fn_not_callable", "preprocessing_fn is not a function"),
                        ("no_event_column", "no_such_column"))]
 
 # The neighbours: each file-taking flag handed a missing path, a folder, an empty file and binary

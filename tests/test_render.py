@@ -144,6 +144,8 @@ def test_page_stays_small_for_fifty_features():
   page = render.render_html(report, trend=trend)
   assert len(page.encode("utf-8")) < 200_000
   assert page.count('<g class="feature"') == 50
+  # The nightly page: the verdict, then the trend, then what differs.
+  assert page.index('id="verdict"') < page.index("<h2>Last ") < page.index("What differs")
 
 
 def test_output_is_deterministic():
