@@ -41,12 +41,12 @@ def _is_dir(path):
   return "://" not in path and os.path.isdir(path)
 
 
-def read_header(path):
+def read_header(path, delimiter=csv_records.DELIMITER):
   """The header of a CSV file (plain or .gz), or None when the file holds no record at all."""
   with FileSystems.open(path) as f:
     for block in csv_records.iter_blocks(f, 1 << 16):
       try:
-        return csv_records.parse_header(block)
+        return csv_records.parse_header(block, delimiter)
       except csv_records.HeaderError as e:
         raise UsageError(f"{path}: {e}") from None
   return None

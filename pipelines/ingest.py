@@ -39,7 +39,7 @@ from transforms.spec.stages import RESERVED
 from transforms.stages.infer_types import InferTypes
 from transforms.stages.key_rows import KeyRows
 from transforms.beam.progress import Progress
-from transforms.codec import sources
+from transforms.codec import csv_records, sources
 from transforms.stages.read_records import READ, REJECTED, ReadRecords
 from transforms.stages.type_rows import TypeRows
 from transforms.stages.write_rejected import WriteRejected
@@ -102,6 +102,8 @@ class IngestOptions(PipelineOptions):
                         help="Fail the run when more than this fraction of rows is rejected.")
     parser.add_argument("--csv_block_bytes", type=int, default=8 << 20,
                         help="Bytes of CSV parsed per batch (memory per reader).")
+    parser.add_argument("--delimiter", default=",",
+                        help="CSV field delimiter: one character, or 'tab'.")
 
   @staticmethod
   def check(flags):
@@ -180,7 +182,16 @@ def _source_options(opts, paths, payload_names):
   record_path = tuple(k for k in opts.record_path.split(".") if k) if opts.record_path else ()
   return sources.SourceOptions(format=fmt, record_path=record_path, preset=opts.preset or None,
                                envelope=envelope, payload_names=tuple(payload_names),
-                               block_bytes=opts.csv_block_bytes)
+                               block_bytes=opts.csv_block_bytes, delimiter=_delimiter(opts))
+
+
+def _delimiter(opts):
+  """--delimiter as one character ("tab" and "\\t" mean a tab)."""
+  value = {"tab": "\t", "\\t": "\t"}.get(opts.delimiter, opts.delimiter)
+  if len(value) != 1 or value in '"\r\n':
+    raise common.UsageError(f"--delimiter must be one character (or tab), not a quote or a "
+                            f"line end; got {opts.delimiter!r}")
+  return value
 
 
 IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)
@@ -277,7 +288,8 @@ def plan_ingest(opts):
   key_columns = [c.strip() for c in opts.key_columns.split(",") if c.strip()]
   unknown = [c for c in key_columns if c not in names]
   if unknown:
-    raise common.UsageError(f"--key_columns not in the input's columns: {', '.join(unknown)}")
+    raise common.UsageError(f"--key_columns not in the input's columns: {', '.join(unknown)}"
+                            + _hint(names, source))
   side_columns = {**{c: schema.FLOAT for c in side["served"]},
                   **{c: schema.INT for c in side["aggregates"]}}
   unknown = sorted(c for c in side_columns if c not in names)
@@ -291,7 +303,8 @@ def plan_ingest(opts):
   if types is not None:
     lacking = [n for n in types if n not in names]
     if lacking:
-      raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}")
+      raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}"
+                              + _hint(names, source))
     columns = [(n, types.get(n, side_columns.get(n, schema.BYTES))) for n in names]
     schema_info = {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
   inputs = [dataset.describe_file(p) for p in paths]
@@ -309,6 +322,14 @@ def plan_ingest(opts):
       coverage=coverage, side=side)
 
 
+def _hint(names, source):
+  """What a one-column CSV header split by another delimiter suggests, else ""."""
+  other = csv_records.other_delimiter(names, source.delimiter) if source.format == "csv" \
+      else None
+  return (f" (the header is one column, {names[0][:60]!r}: is the delimiter {other!r}? "
+          f"pass --delimiter {'tab' if other == chr(9) else repr(other)})") if other else ""
+
+
 def _column_names(paths, source):
   """The dataset's columns: the CSV header (every headed file must agree), or the first
   record's columns of the first file holding one (later records are checked as read)."""
@@ -318,7 +339,7 @@ def _column_names(paths, source):
       if names is not None:
         return list(names)
     raise common.UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
-  headers = {path: dataset.read_header(path) for path in paths}
+  headers = {path: dataset.read_header(path, source.delimiter) for path in paths}
   with_header = [p for p in paths if headers[p] is not None]
   if not with_header:
     raise common.UsageError(f"no header: no input file has a header row ({', '.join(paths)})")
@@ -338,7 +359,9 @@ def _recorded_options(opts, num_shards, formats, key_columns, source):
           "max_rejected_fraction": opts.max_rejected_fraction,
           "input_format": source.format, "record_path": ".".join(source.record_path),
           "preset": source.preset, "envelope": [list(e) for e in source.envelope],
-          "served": opts.served, "logged_aggregates": opts.logged_aggregates}
+          "served": opts.served, "logged_aggregates": opts.logged_aggregates,
+          # recorded only when not the default, so a comma dataset's manifest keeps its bytes
+          **({"delimiter": source.delimiter} if source.delimiter != "," else {})}
 
 
 def build_pipeline(plan, options):

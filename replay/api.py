@@ -12,6 +12,8 @@ bool is the bare flag, a list repeats the flag), and `beam_args` passes Beam fla
 A bad input raises UsageError with the command's one line. ingest() returns the dataset's
 manifest and features() the run metadata, as dicts.
 """
+import contextlib
+import io
 import json
 import os
 
@@ -69,10 +71,12 @@ def _read_json(path):
 
 
 def diff(offline, production, output_dir, beam_args=(), **flags):
-  """replay.diff on two feature-log folders; returns the Report it wrote to output_dir."""
+  """replay.diff on two feature-log folders; returns the Report it wrote to output_dir (the
+  text the command prints is its summary(), not printed here)."""
   from replay import diff as job
-  job.run(_argv(dict(offline=offline, production=production, output_dir=output_dir, **flags),
-                beam_args), save_main_session=False)
+  with contextlib.redirect_stdout(io.StringIO()):  # the text is the Report's summary()
+    job.run(_argv(dict(offline=offline, production=production, output_dir=output_dir,
+                       **flags), beam_args), save_main_session=False)
   html_path = os.path.join(output_dir, job.REPORT_HTML)
   with open(html_path, encoding="utf-8") as f:
     html = f.read()

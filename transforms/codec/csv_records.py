@@ -16,11 +16,21 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 __all__ = ["RecordBlock", "iter_blocks", "parse_header", "parse_block", "without_first",
-           "HeaderError"]
+           "HeaderError", "DELIMITER", "other_delimiter"]
 
 BOM = b"\xef\xbb\xbf"
-_NL, _CR, _QUOTE, _COMMA = ord("\n"), ord("\r"), ord('"'), ord(",")
+_NL, _CR, _QUOTE = ord("\n"), ord("\r"), ord('"')
+DELIMITER = ","  # the field delimiter unless a reader is given another (one character)
 LINE_COLUMN, RAW_COLUMN, FILE_COLUMN = "__line__", "__raw__", "__file__"
+
+
+def other_delimiter(names, delimiter=DELIMITER):
+  """The delimiter a one-column header seems to be split by instead (';', tab or '|'), or None:
+  the hint an error about missing columns gives."""
+  if len(names) != 1:
+    return None
+  found = [d for d in (";", "\t", "|", ",") if d != delimiter and d in names[0]]
+  return found[0] if found else None
 
 
 class HeaderError(ValueError):
@@ -104,7 +114,7 @@ def without_first(block):
                              lines=block.lines[1:])
 
 
-def parse_header(block):
+def parse_header(block, delimiter=DELIMITER):
   """Column names from a block's first record; raises HeaderError if unusable."""
   if not len(block.starts):
     raise HeaderError("no header")
@@ -119,7 +129,7 @@ def parse_header(block):
   if "\n" in body:  # the first record spans lines: a quote opened in the header never closes
     raise HeaderError("the header spans several lines (an unterminated quote in it?)")
   try:
-    names = next(csv.reader(io.StringIO(text)))
+    names = next(csv.reader(io.StringIO(text), delimiter=delimiter))
   except csv.Error as e:
     raise HeaderError(f"the header is not one CSV record ({e})") from None
   empty = [i + 1 for i, n in enumerate(names) if not n.strip()]
@@ -135,7 +145,7 @@ def parse_header(block):
   return names
 
 
-def _quote_errors(arr, starts, ends):
+def _quote_errors(arr, starts, ends, sep):
   """Per record: True if its quoting is malformed.
 
   Records start outside quotes, so a quote's index among all quotes of the buffer says
@@ -159,8 +169,8 @@ def _quote_errors(arr, starts, ends):
   after_close[1:] = ~opening[:-1] & (np.diff(quotes) == 1)
   before_open = np.zeros(len(quotes), dtype=bool)
   before_open[:-1] = opening[1:] & (np.diff(quotes) == 1)
-  open_ok = at_start | (prev == _COMMA) | after_close
-  close_ok = at_end | (nxt == _COMMA) | before_open
+  open_ok = at_start | (prev == sep) | after_close
+  close_ok = at_end | (nxt == sep) | before_open
   wrong = rec_ok & (quotes < ends[rec_c]) & np.where(opening, ~open_ok, ~close_ok)
   bad[rec[wrong]] = True
   return bad
@@ -180,15 +190,15 @@ def _bare_cr(arr, starts, ends):
   return bad
 
 
-def _field_counts(arr, starts, ends):
-  """Fields per record: commas outside quotes (an even number of quotes before them) + 1."""
-  commas = np.flatnonzero(arr == _COMMA)
+def _field_counts(arr, starts, ends, sep):
+  """Fields per record: delimiters outside quotes (an even number of quotes before them) + 1."""
+  commas = np.flatnonzero(arr == sep)
   quotes = np.flatnonzero(arr == _QUOTE)
   commas = commas[np.searchsorted(quotes, commas) % 2 == 0]
   return np.searchsorted(commas, ends) - np.searchsorted(commas, starts) + 1
 
 
-def parse_block(block, names, file_index):
+def parse_block(block, names, file_index, delimiter=DELIMITER):
   """Parses a RecordBlock's records into a RecordBatch of binary columns + provenance columns.
 
   Returns (batch, rejected) where rejected is a list of (line, raw bytes, reason) and batch has
@@ -199,11 +209,12 @@ def parse_block(block, names, file_index):
   reasons = np.full(n, None, dtype=object)
   if block.unterminated:
     reasons[n - 1] = "unterminated quoted field at end of file"
-  quote_bad = _quote_errors(arr, starts, ends)
+  sep = ord(delimiter)
+  quote_bad = _quote_errors(arr, starts, ends, sep)
   reasons[(reasons == None) & quote_bad] = "malformed quoting"  # noqa: E711
   reasons[(reasons == None) & _bare_cr(arr, starts, ends)] = \
       "carriage return outside quotes"  # noqa: E711
-  counts = _field_counts(arr, starts, ends)
+  counts = _field_counts(arr, starts, ends, sep)
   ragged = np.flatnonzero((counts != len(names)) & (reasons == None))  # noqa: E711
   for i in ragged:
     reasons[i] = f"expected {len(names)} fields, found {counts[i]}"
@@ -219,25 +230,25 @@ def parse_block(block, names, file_index):
   good = np.flatnonzero(reasons == None)  # noqa: E711
   try:
     batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index,
-                      contiguous=len(good) == n)
+                      contiguous=len(good) == n, delimiter=delimiter)
   except (pa.ArrowInvalid, AssertionError):
     # The vectorised checks missed a record pyarrow cannot read: find it record by record
     # (only in this block) so that it is rejected, never lost, and never crashes the job.
     for i in good:
       try:
         _to_batch(arr, starts[i:i + 1], ends[i:i + 1], block.lines[i:i + 1], names, file_index,
-                  contiguous=True)
+                  contiguous=True, delimiter=delimiter)
       except (pa.ArrowInvalid, AssertionError) as e:
         reasons[i] = f"unparseable record ({e})"
     good = np.flatnonzero(reasons == None)  # noqa: E711
     batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index,
-                      contiguous=len(good) == n)
+                      contiguous=len(good) == n, delimiter=delimiter)
   rejected = [(int(block.lines[i]), arr[starts[i]:ends[i]].tobytes(), reasons[i])
               for i in np.flatnonzero(reasons != None)]  # noqa: E711
   return batch, rejected
 
 
-def _to_batch(arr, starts, ends, lines, names, file_index, contiguous):
+def _to_batch(arr, starts, ends, lines, names, file_index, contiguous, delimiter=DELIMITER):
   """One pyarrow parse of the given records. __raw__ holds each record followed by its line
   terminator(s) (callers strip them); it is a zero-copy view of the parsed text.
 
@@ -266,7 +277,8 @@ def _to_batch(arr, starts, ends, lines, names, file_index, contiguous):
         # Parse in 1 MiB pieces on pyarrow's threads; a piece must hold the longest record.
         read_options=pacsv.ReadOptions(column_names=names, use_threads=True,
                                        block_size=max(1 << 20, int((ends - starts).max()) + 2)),
-        parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
+        parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True,
+                                         ignore_empty_lines=True),
         convert_options=pacsv.ConvertOptions(column_types={c: pa.binary() for c in names},
                                              null_values=[""], strings_can_be_null=True,
                                              quoted_strings_can_be_null=True))

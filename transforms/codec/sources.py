@@ -55,6 +55,7 @@ class SourceOptions:
   envelope: tuple = ()       # ((column name, dotted path into the line), ...)
   payload_names: tuple = ()  # column names of header-less CSV payloads (SageMaker "CSV")
   block_bytes: int = 8 << 20
+  delimiter: str = csv_records.DELIMITER  # a CSV file's field delimiter (one character)
 
 
 def infer_format(path):
@@ -87,6 +88,9 @@ def _check(opts):
       raise SourceError(f"envelope wants (column name, dotted path) pairs, got {item!r}")
   if opts.block_bytes < 1:
     raise SourceError("block_bytes must be positive")
+  if len(opts.delimiter) != 1 or opts.delimiter in '"\r\n':
+    raise SourceError(f"delimiter must be one character other than a quote or a line end, got "
+                      f"{opts.delimiter!r}")
 
 
 def column_names(f, path, opts):
@@ -97,7 +101,7 @@ def column_names(f, path, opts):
   if opts.format == "csv":
     for block in csv_records.iter_blocks(f, min(opts.block_bytes, 1 << 16)):
       try:
-        return csv_records.parse_header(block)
+        return csv_records.parse_header(block, opts.delimiter)
       except csv_records.HeaderError as e:
         raise SourceError(f"{path}: {e}") from None
     return None
@@ -112,25 +116,25 @@ def iter_batches(f, path, names, file_index, opts):
   records of this step, accepted or rejected."""
   _check(opts)
   if opts.format == "csv":
-    yield from _csv_batches(f, path, list(names), file_index, opts.block_bytes)
+    yield from _csv_batches(f, path, list(names), file_index, opts.block_bytes, opts.delimiter)
     return
   yield from importlib.import_module(f"transforms.codec.{_READERS[opts.format]}").iter_batches(
       f, path, list(names), file_index, opts)
 
 
-def _csv_batches(f, path, names, file_index, block_bytes):
+def _csv_batches(f, path, names, file_index, block_bytes, delimiter):
   """CSV as stages/read_csv.py reads it: binary columns, the header must be `names`."""
   for block_no, block in enumerate(csv_records.iter_blocks(f, block_bytes)):
     if block_no == 0:
       try:
-        header = csv_records.parse_header(block)
+        header = csv_records.parse_header(block, delimiter)
       except csv_records.HeaderError as e:
         raise SourceError(f"{path}: {e}") from None
       if header != names:
         raise SourceError(f"{path}: header {header} differs from {names}")
       block = csv_records.without_first(block)
     if len(block.starts):
-      batch, rejected = csv_records.parse_block(block, names, file_index)
+      batch, rejected = csv_records.parse_block(block, names, file_index, delimiter)
       yield batch, rejected, len(block.starts)
 
 

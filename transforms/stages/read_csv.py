@@ -14,9 +14,9 @@ _NAMESPACE = "skewtrace.ingest"
 class _ReadFileFn(beam.DoFn):
   """(file index, path) -> ((file index, block), batch); rejected dicts and read counts tagged."""
 
-  def __init__(self, names, block_bytes):
+  def __init__(self, names, block_bytes, delimiter):
     self._names = list(names)
-    self._block_bytes = block_bytes
+    self._block_bytes, self._delimiter = block_bytes, delimiter
     self._read = beam.metrics.Metrics.counter(_NAMESPACE, "rows_read")
     self._rejected = beam.metrics.Metrics.counter(_NAMESPACE, "rows_rejected_reading")
 
@@ -25,13 +25,13 @@ class _ReadFileFn(beam.DoFn):
     with FileSystems.open(path) as f:  # compression inferred from the extension (.gz)
       for block_no, block in enumerate(csv_records.iter_blocks(f, self._block_bytes)):
         if block_no == 0:
-          names = csv_records.parse_header(block)
+          names = csv_records.parse_header(block, self._delimiter)
           if names != self._names:
             raise ValueError(f"{path}: header {names} differs from {self._names}")
           block = csv_records.without_first(block)
         if not len(block.starts):
           continue
-        batch, rejected = csv_records.parse_block(block, self._names, index)
+        batch, rejected = csv_records.parse_block(block, self._names, index, self._delimiter)
         self._read.inc(len(block.starts))
         self._rejected.inc(len(rejected))
         yield beam.pvalue.TaggedOutput(READ, len(block.starts))
@@ -49,11 +49,12 @@ class ReadCsv(beam.PTransform):
   dead-letter dicts and READ record counts. A file is read by one worker, in blocks.
   """
 
-  def __init__(self, names, block_bytes=8 << 20):
+  def __init__(self, names, block_bytes=8 << 20, delimiter=csv_records.DELIMITER):
     super().__init__()
     self._names = names
-    self._block_bytes = block_bytes
+    self._block_bytes, self._delimiter = block_bytes, delimiter
 
   def expand(self, files):
     return files | "ParseBlocks" >> beam.ParDo(
-        _ReadFileFn(self._names, self._block_bytes)).with_outputs(REJECTED, READ, main="rows")
+        _ReadFileFn(self._names, self._block_bytes, self._delimiter)).with_outputs(
+            REJECTED, READ, main="rows")
