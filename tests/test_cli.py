@@ -157,3 +157,13 @@ def test_help_and_a_flag_error_do_not_import_tensorflow():
                         timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", sorted(cli.SUBCOMMANDS))
+def test_every_commands_help_prints_nothing_on_stderr(name):
+  """No TensorFlow or absl start-up line: --help's stderr is empty, its stdout the help."""
+  proc = subprocess.run([sys.executable, "-m", cli.SUBCOMMANDS[name][0], "--help"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stderr == ""
+  assert "usage" in proc.stdout

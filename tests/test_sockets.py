@@ -19,6 +19,8 @@ import pytest
 from tests.conftest import ROOT, RUNNERS
 
 PROFILE = os.path.join(ROOT, "profiles", "offline.yaml")
+# What TensorFlow's native libraries print when they load (transforms/graph/quiet.py).
+_TF_START_UP = ("cuInit", "oneDNN custom operations", "cudart", "cuda_platform", "absl::")
 
 
 def _listening(proc):
@@ -58,6 +60,8 @@ def test_a_job_listens_on_loopback_only(runner, taxi_runs, tmp_path):
     time.sleep(0.02)
   _, err = child.communicate(timeout=60)
   assert child.returncode == 0, err[-2000:]
+  for noise in _TF_START_UP:  # a real run's stderr holds no TensorFlow start-up line
+    assert noise not in err, err[-2000:]
   assert seen, "no listening socket seen: the watch saw nothing"
   beyond = sorted((ip, port) for ip, port in seen if not _is_loopback(ip))
   assert not beyond, f"listening beyond loopback: {beyond}"
