@@ -331,8 +331,9 @@ def run_job(opts, options):
   finally:
     pool.shutdown(wait=False, cancel_futures=True)
   try:
-    result = pipeline.run()
-    result.wait_until_finish()
+    with quiet.start_up_lines_filtered():  # the SDK worker processes' TensorFlow start-up
+      result = pipeline.run()
+      result.wait_until_finish()
     metadata = _publish(plan, temp_dir, options)
   finally:
     dataset.remove_tree(temp_dir)
