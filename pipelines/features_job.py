@@ -91,7 +91,9 @@ def plan_features(opts, pool):
                       event=event_time.declaration(module),
                       transform_fn_dir=opts.transform_fn_dir or None,
                       side=side_of(manifest),
-                      pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env)), verifying
+                      pii_rule=pii.Pii(tuple(pii.with_key(
+                          pii.Pii.parse(opts.pii_columns, "").columns,
+                          manifest["key_columns"])), opts.pii_key_env or "")), verifying
 
 
 def _key_text(columns):
@@ -282,7 +284,7 @@ def _publish(plan, temp_dir, options):
     with FileSystems.open(FileSystems.join(temp_dir, b["path"]),
                           compression_type="uncompressed") as f:
       features.update(feature_log.features_of(pq.read_schema(f).names))
-  plan.pii_rule.check_columns(features, "--pii_columns")
+  plan.pii_rule.check_columns(features | set(plan.manifest["key_columns"]), "--pii_columns")
   dataset.remove_tree(FileSystems.join(out, run_metadata.FILE))
   for sub in (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.LOG_DIR):
     dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))

@@ -188,9 +188,8 @@ def _source_options(opts, paths, payload_names):
 def _delimiter(opts):
   """--delimiter as one character ("tab" and "\\t" mean a tab)."""
   value = {"tab": "\t", "\\t": "\t"}.get(opts.delimiter, opts.delimiter)
-  if len(value) != 1 or value in '"\r\n':
-    raise common.UsageError(f"--delimiter must be one character (or tab), not a quote or a "
-                            f"line end; got {opts.delimiter!r}")
+  if csv_records.delimiter_problem(value):
+    raise common.UsageError(f"--delimiter: {csv_records.delimiter_problem(value)}")
   return value
 
 

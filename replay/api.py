@@ -15,7 +15,8 @@ manifest and features() the run metadata, as dicts.
 import contextlib
 import io
 import json
-import os
+
+from apache_beam.io.filesystems import FileSystems
 
 from pipelines import common
 from transforms.spec import dataset as dataset_spec
@@ -65,9 +66,13 @@ def _argv(flags, beam_args):
   return argv + list(beam_args or ())
 
 
+def _read(path):
+  with FileSystems.open(path, compression_type="uncompressed") as f:  # gs:// as well
+    return f.read().decode("utf-8")
+
+
 def _read_json(path):
-  with open(path, encoding="utf-8") as f:
-    return json.load(f)
+  return json.loads(_read(path))
 
 
 def diff(offline, production, output_dir, beam_args=(), **flags):
@@ -77,10 +82,9 @@ def diff(offline, production, output_dir, beam_args=(), **flags):
   with contextlib.redirect_stdout(io.StringIO()):  # the text is the Report's summary()
     job.run(_argv(dict(offline=offline, production=production, output_dir=output_dir,
                        **flags), beam_args), save_main_session=False)
-  html_path = os.path.join(output_dir, job.REPORT_HTML)
-  with open(html_path, encoding="utf-8") as f:
-    html = f.read()
-  return Report(_read_json(os.path.join(output_dir, job.REPORT_JSON)), html, html_path)
+  html_path = FileSystems.join(output_dir, job.REPORT_HTML)
+  return Report(_read_json(FileSystems.join(output_dir, job.REPORT_JSON)), _read(html_path),
+                html_path)
 
 
 def ingest(input, output_dir, beam_args=(), **flags):  # noqa: A002 -- the flag's name
@@ -88,7 +92,7 @@ def ingest(input, output_dir, beam_args=(), **flags):  # noqa: A002 -- the flag'
   from pipelines import ingest as job
   job.run(_argv(dict(input=input, output_dir=output_dir, **flags), beam_args),
           save_main_session=False)
-  return _read_json(os.path.join(output_dir, dataset_spec.MANIFEST))
+  return _read_json(FileSystems.join(output_dir, dataset_spec.MANIFEST))
 
 
 def features(input_dir, output_dir, profile, beam_args=(), **flags):
@@ -98,4 +102,4 @@ def features(input_dir, output_dir, profile, beam_args=(), **flags):
                             **flags), beam_args), save_main_session=False)
   if code:
     raise common.UsageError(f"features exited {code}")
-  return _read_json(os.path.join(output_dir, run_metadata.FILE))
+  return _read_json(FileSystems.join(output_dir, run_metadata.FILE))

@@ -29,7 +29,7 @@ from pipelines import dataset
 from replay import kernels
 from replay.compare import SIDES
 from transforms.spec import dataset as dataset_spec
-from transforms.spec import feature_log, values
+from transforms.spec import feature_log, pii, values
 from transforms.spec.errors import first_line
 from transforms.spec.stages import KEY
 
@@ -170,20 +170,23 @@ def attach(report, input_dirs, tasks=(), num_buckets=1):
   firsts = report.get("first_divergent_stage", {})
   if not tasks or not any(firsts.get(s) for s in INPUT_STAGES):
     return report
+  # A PII column (HMAC hex in a log) is left out on both sides: an HMAC is not a value.
+  hidden = {c for s in SIDES for c in input_dirs.get(s, (None, ()))[1]}
+  if pii.KEY in hidden:  # datasets hold clear keys: joining them to hashed ones would not do
+    report["evidence_errors"] = ["input evidence not shown: the key is PII (hashed in the log)"]
+    return report
   buckets = [b for b, _ in tasks]
   sides = {s: _dataset(input_dirs.get(s, (None, ())), buckets, num_buckets,
                        [p for _, parts in tasks for p in parts.get(s, ())]) for s in SIDES}
   errors = [problem for _, _, problem in sides.values() if problem]
   if errors:
     report["evidence_errors"] = errors
-  # A PII column (HMAC hex in a log) is left out on both sides: an HMAC is not a value.
-  hidden = {c for s in SIDES for c in input_dirs.get(s, (None, ()))[1]}
   (off, off_cols), (prod, prod_cols) = (_without(*sides[s][:2], hidden) for s in SIDES)
-  if off is not None and prod is not None and (off.schema.types[1:] != prod.schema.types[1:]
-                                               or off_cols != prod_cols):
-    off, prod = _as_text(off), _as_text(prod)  # one rule for both: the raw stage's text
+  # Compared as the raw stage compares them: each cell's canonical text (CSV `1.50` = JSON
+  # `1.5`); shown as each side holds them.
+  off_text, prod_text = (None if t is None else _as_text(t) for t in (off, prod))
   if off is not None and prod is not None:
-    report["input_differences"] = column_differences(off, off_cols, prod, prod_cols)
+    report["input_differences"] = column_differences(off_text, off_cols, prod_text, prod_cols)
   kinds = ("divergent", "latent")
   keys = {s["key"] for k in kinds for s in report["samples"].get(k, [])
           if s["first_divergent_stage"] in INPUT_STAGES}
@@ -191,12 +194,15 @@ def attach(report, input_dirs, tasks=(), num_buckets=1):
   if not keys or not columns:
     return report
   a_rows, b_rows = _rows(off, keys), _rows(prod, keys)
+  a_text, b_text = _rows(off_text, keys), _rows(prod_text, keys)
   for kind in kinds:
     for sample in report["samples"].get(kind, []):
       if sample["first_divergent_stage"] not in INPUT_STAGES:
         continue
-      a, b = a_rows.get(sample["key"], {}), b_rows.get(sample["key"], {})
-      values = {c: [_text(a.get(c)), _text(b.get(c))] for c in columns}
-      sample["input"] = values
-      sample["input_differs"] = [c for c in columns if values[c][0] != values[c][1]]
+      key = sample["key"]
+      a, b = a_rows.get(key, {}), b_rows.get(key, {})
+      sample["input"] = {c: [_text(a.get(c)), _text(b.get(c))] for c in columns}
+      at, bt = a_text.get(key, {}), b_text.get(key, {})
+      sample["input_differs"] = [c for c in columns if (c in at) != (c in bt) or
+                                 at.get(c) != bt.get(c)]
   return report

@@ -97,7 +97,7 @@ class ProductionLogger:
     # A part's Parquet bytes (its rows already in _ORDER).
     self._part_bytes_of = lambda table: log_files.parquet_bytes(table, compression)
     self._compact, self._log_inputs = compact_on_close, bool(log_inputs)
-    self._pii = sorted(set(pii_columns))
+    self._pii = pii.with_key(pii_columns, self._key_columns)
     self._secret = pii.secret_from_env(pii_key_env) if self._pii else None
     transform, spec = feed.transform_function(transform_fn_dir,
                                               value_columns(names, self._aggregates))

@@ -266,6 +266,7 @@ CASES += [(name, base + [flag, value], flag.lstrip("-")) for name, base, flag, v
     ("ingest", _INGEST, "--logged_aggregates", "fare"),
     ("ingest", _INGEST, "--envelope", "no_equals_sign"),
     ("ingest", _INGEST, "--delimiter", ";;"), ("ingest", _INGEST, "--delimiter", '"'),
+    ("ingest", _INGEST, "--delimiter", "§"),
     ("features", _FEATURES, "--log_buckets", "-3"), ("features", _FEATURES, "--log_buckets", "x"),
     ("features", _FEATURES, "--pii_columns", "key"),
     ("diff", _DIFF, "--abs_tol", "x"), ("diff", _DIFF, "--rel_tol", "-0.5"),

@@ -499,3 +499,18 @@ def test_11_two_faults_at_once_are_attributed_to_the_earlier_stage(keyed):
   assert r["first_divergent_stage"]["serialize"] == int((~moved & f32).sum())
   assert {"sharding.hash_seed"} <= _causes(r, "shard")
   assert {"serialization.float_dtype"} <= _causes(r, "serialize")
+
+
+def test_input_text_is_compared_by_the_raw_stages_rule():
+  """Evidence compares input cells as the raw stage does, by canonical text: "1.50" and "1.5"
+  are one value, "2" and "3" are not; computed here on two sides of text columns."""
+  from replay import evidence
+  off = pa.table({"__key__": pa.array(["a", "b"], pa.large_string()),
+                  "km": ["1.50", "2"], "city": ["Nice", "Metz"]})
+  prod = pa.table({"__key__": pa.array(["a", "b"], pa.large_string()),
+                   "km": ["1.5", "3"], "city": ["Nice", "Metz"]})
+  got = evidence.column_differences(evidence._as_text(off), ["km", "city"],
+                                    evidence._as_text(prod), ["km", "city"])
+  assert got == {"records": 2, "columns": {"km": 1}}
+  raw = evidence.column_differences(off, ["km", "city"], prod, ["km", "city"])
+  assert raw["columns"] == {"km": 2}  # without the rule both would differ

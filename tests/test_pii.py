@@ -56,7 +56,7 @@ def runs(tmp_path_factory):
     records, aggregates = online_store.records_and_counts(str(path), offline)
     prod = str(d / "production")
     with ProductionLogger.from_features_dir(offline, prod, pii_columns=PII.split(","),
-                                            pii_key_env=ENV) as logger:
+                                            pii_key_env=ENV, log_inputs=True) as logger:
       logger.log_batch(records, aggregates)
     from replay import diff
     code = diff.run(["--offline", offline, "--production", prod, "--output_dir",
@@ -86,8 +86,11 @@ def test_hashed_logs_join_and_agree(runs):
     assert sorted(keys) == sorted(_hmac(rec["trip_id"]) for rec in runs["records"])
     companies = {v for v in log.column("value__company_id").to_pylist() if v is not None}
     assert companies and all(re.fullmatch(r"[0-9a-f]{64}", v) for v in companies)
-    with open(os.path.join(runs[side], "run_metadata.json")) as f:
-      assert json.load(f)["pii"] == {"columns": ["company_id", "key"], "hash": "hmac-sha256"}
+    if side == "production":  # the logged input of the key's column is hashed with the key
+      assert sorted(log.column("input__trip_id").to_pylist()) == sorted(keys)
+    with open(os.path.join(runs[side], "run_metadata.json")) as f:  # the key and its column
+      assert json.load(f)["pii"] == {"columns": ["company_id", "key", "trip_id"],
+                                     "hash": "hmac-sha256"}
 
 
 def test_no_clear_key_in_any_output(runs):

@@ -16,12 +16,21 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 __all__ = ["RecordBlock", "iter_blocks", "parse_header", "parse_block", "without_first",
-           "HeaderError", "DELIMITER", "other_delimiter"]
+           "HeaderError", "DELIMITER", "delimiter_problem", "other_delimiter"]
 
 BOM = b"\xef\xbb\xbf"
 _NL, _CR, _QUOTE = ord("\n"), ord("\r"), ord('"')
 DELIMITER = ","  # the field delimiter unless a reader is given another (one character)
 LINE_COLUMN, RAW_COLUMN, FILE_COLUMN = "__line__", "__raw__", "__file__"
+
+
+def delimiter_problem(delimiter):
+  """Why `delimiter` cannot split CSV fields (one ASCII character, not a quote or a line end),
+  or None."""
+  if len(delimiter) != 1 or not delimiter.isascii() or delimiter in '"\r\n':
+    return (f"the delimiter must be one ASCII character other than a quote or a line end, got "
+            f"{delimiter!r}")
+  return None
 
 
 def other_delimiter(names, delimiter=DELIMITER):

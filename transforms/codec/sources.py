@@ -88,9 +88,8 @@ def _check(opts):
       raise SourceError(f"envelope wants (column name, dotted path) pairs, got {item!r}")
   if opts.block_bytes < 1:
     raise SourceError("block_bytes must be positive")
-  if len(opts.delimiter) != 1 or opts.delimiter in '"\r\n':
-    raise SourceError(f"delimiter must be one character other than a quote or a line end, got "
-                      f"{opts.delimiter!r}")
+  if csv_records.delimiter_problem(opts.delimiter):
+    raise SourceError(csv_records.delimiter_problem(opts.delimiter))
 
 
 def column_names(f, path, opts):

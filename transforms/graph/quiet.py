@@ -85,10 +85,7 @@ def start_up_lines_filtered():
     yield
   finally:
     sys.stderr.flush()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)  # the pipe's last writer here closes: the thread sees its end
-    os.close(devnull)
+    os.dup2(saved, 2)  # the real stderr back; the pipe's writer here closes with it
     thread.join(timeout=10)  # a child still holding the pipe keeps the thread (and `saved`)
-    os.dup2(saved, 2)
     if not thread.is_alive():
       os.close(saved)

@@ -18,7 +18,7 @@ import pyarrow as pa
 from transforms.spec import fingerprint
 from transforms.spec.errors import UsageError
 
-__all__ = ["KEY", "HASH", "Pii", "pii_hash", "secret_from_env"]
+__all__ = ["KEY", "HASH", "Pii", "pii_hash", "secret_from_env", "with_key"]
 
 KEY = "key"  # the name that makes the record key a PII column
 HASH = "hmac-sha256"  # run metadata pii.hash
@@ -27,6 +27,15 @@ HASH = "hmac-sha256"  # run metadata pii.hash
 def pii_hash(value, secret):
   """HMAC-SHA256 hex of a value's canonical encoding (docs/fingerprint.md), keyed by secret."""
   return hmac.new(secret, fingerprint.encode_record({"value": value}), hashlib.sha256).hexdigest()
+
+
+def with_key(columns, key_columns):
+  """The PII columns with the key and its columns as one: the record key is the text of its
+  key columns (spec/key.py), so hashing one and not the other would leave it in clear. Sorted."""
+  columns = set(columns)
+  if KEY in columns or columns & set(key_columns):
+    columns |= {KEY} | set(key_columns)
+  return sorted(columns)
 
 
 def secret_from_env(env_name):
