@@ -80,7 +80,7 @@ with beam.Pipeline() as p:
 
 NO_LOG = r'''
 import sys, apache_beam as beam
-from pipelines import features
+from pipelines import features, features_job
 
 class CountOnly(beam.PTransform):
   """(staged, transformed, dropped batches) -> nothing: their rows counted, no log written."""
@@ -90,7 +90,7 @@ class CountOnly(beam.PTransform):
     counts = [p | f"Rows{i}" >> beam.Map(lambda b: b.num_rows) for i, p in enumerate(pcolls)]
     return counts | beam.Flatten() | beam.CombineGlobally(sum) | beam.FlatMap(lambda n: [])
 
-features.WriteFeatureLog = CountOnly  # the job's name for the log writer
+features_job.WriteFeatureLog = CountOnly  # the job's name for the log writer
 sys.exit(features.run(sys.argv[1:]))
 '''
 
@@ -122,7 +122,8 @@ def main():
       bare = timed([py, "-c", BARE, data, os.path.join(d, f"bare{i}"), "untyped"])
       strict = timed([py, "-c", BARE, data, os.path.join(d, f"strict{i}"), "typed"])
       written = timed([py, "-c", BARE, data, os.path.join(d, f"written{i}"), "write"])
-      job = ["--input_dir", data, "--profile", os.path.join(ROOT, "profiles", "offline.yaml")]
+      job = ["--input_dir", data, "--profile", os.path.join(ROOT, "profiles", "offline.yaml"),
+             "--transform_module", "transforms.taxi"]
       feats = timed([py, "-m", "pipelines.features", "--output_dir",
                      os.path.join(d, f"features{i}")] + job)
       no_log = timed([py, "-c", NO_LOG, "--output_dir", os.path.join(d, f"nolog{i}")] + job)

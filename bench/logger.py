@@ -50,7 +50,8 @@ def _offline(features_dir, work):
                      "--schema", TAXI_SCHEMA, "--num_shards", "4"]) == 0
   out = os.path.join(work, "features")
   assert features.run(["--input_dir", os.path.join(work, "ingest"), "--output_dir", out,
-                       "--profile", os.path.join(ROOT, "profiles", "offline.yaml")]) == 0
+                       "--profile", os.path.join(ROOT, "profiles", "offline.yaml"),
+                       "--transform_module", "transforms.taxi"]) == 0
   return out
 
 

@@ -99,7 +99,8 @@ def main():
     data = ingest_bench.prepared_dataset(d, args.rows, "--key_columns", "trip_id")
     offline = os.path.join(d, "offline")
     timed([py, "-m", "pipelines.features", "--input_dir", data, "--output_dir", offline,
-           "--profile", os.path.join(ROOT, "profiles", "offline.yaml")])
+           "--profile", os.path.join(ROOT, "profiles", "offline.yaml"),
+           "--transform_module", "transforms.taxi"])
     production, same = os.path.join(d, "production"), os.path.join(d, "same")
     changed = logfaults.edit_log(offline, production,
                                  logfaults.window_shift(round(1 / args.divergent)))

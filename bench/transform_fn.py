@@ -78,7 +78,8 @@ def main():
     data = ingest_bench.prepared_dataset(d, args.rows)
     analysed = os.path.join(d, "analysed")
     subprocess.run([py, "-m", "pipelines.features", "--input_dir", data, "--output_dir",
-                    analysed, "--profile", profile], cwd=ROOT, check=True,
+                    analysed, "--profile", profile, "--transform_module", "transforms.taxi"],
+                   cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
     fn_dir = os.path.join(analysed, "transform_fn")
@@ -91,7 +92,8 @@ def main():
                                      os.path.join(d, f"written{i}"), "write"])
       job = features_bench.timed([py, "-m", "pipelines.features", "--input_dir", data,
                                   "--output_dir", os.path.join(d, f"replay{i}"), "--profile",
-                                  profile, "--transform_fn_dir", fn_dir])
+                                  profile, "--transform_fn_dir", fn_dir,
+                                  "--transform_module", "transforms.taxi"])
       counted.append(job[0] / bare[0])
       written.append(job[0] / bare_w[0])
       print(f"run {i + 1}:")

@@ -17,8 +17,8 @@ class FeaturesOptions(PipelineOptions):
   def _add_argparse_args(cls, parser):
     parser.add_argument("--input_dir", help="Required. An ingest dataset folder (it must "
                                             "verify).")
-    parser.add_argument("--transform_module", default="transforms.taxi",
-                        help="The feature module (preprocessing_fn and the feature "
+    parser.add_argument("--transform_module", default="",
+                        help="Required. The feature module (preprocessing_fn and the feature "
                              "declarations, docs/features.md): a dotted module name or the "
                              "path of its .py file.")
     parser.add_argument("--profile", help="Required. Run profile YAML (profiles/offline.yaml, "
@@ -40,7 +40,7 @@ class FeaturesOptions(PipelineOptions):
   @staticmethod
   def check(flags):
     """UsageError naming the first of FeaturesFlags `flags` that cannot be used."""
-    for name in ("input_dir", "output_dir", "profile"):
+    for name in ("input_dir", "output_dir", "profile", "transform_module"):
       if not getattr(flags, name):
         raise common.UsageError(f"--{name} is required")
     if flags.log_buckets < 1:

@@ -105,6 +105,8 @@ def _plan(argv):
   out_opts = options.view_as(common.OutputOptions)
   for name, value in (("input", options.view_as(ingest.IngestOptions).input),
                       ("profile_a", own.profile_a), ("profile_b", own.profile_b),
+                      ("transform_module",
+                       options.view_as(features.FeaturesOptions).transform_module),
                       ("output_dir", out_opts.output_dir)):
     if not value:
       raise common.UsageError(f"--{name} is required")

@@ -42,6 +42,8 @@ def features(input_dir, output_dir, *args, profile="offline.yaml"):
   from pipelines import features as features_job
   argv = ["--input_dir", input_dir, "--output_dir", str(output_dir), "--profile",
           os.path.join(ROOT, "profiles", profile)] + list(args)
+  if "--transform_module" not in argv:
+    argv += ["--transform_module", "transforms.taxi"]
   assert features_job.run(argv) == 0
   return str(output_dir)
 

@@ -38,7 +38,8 @@ def test_ingest_and_features_return_their_manifest_and_metadata(tmp_path):
   with pytest.raises(common.UsageError, match="unknown flag"):
     api.ingest(TAXI_CSV, str(tmp_path / "x"), num_shard=2)
   meta = api.features(str(tmp_path / "ingest"), str(tmp_path / "features"),
-                      os.path.join(ROOT, "profiles", "offline.yaml"), log_buckets=4)
+                      os.path.join(ROOT, "profiles", "offline.yaml"), log_buckets=4,
+                      transform_module="transforms.taxi")
   with open(tmp_path / "features" / "run_metadata.json") as f:
     assert meta == json.load(f)
   assert meta["log"]["num_buckets"] == 4

@@ -267,6 +267,7 @@ CASES += [(name, base + [flag, value], flag.lstrip("-")) for name, base, flag, v
     ("ingest", _INGEST, "--envelope", "no_equals_sign"),
     ("ingest", _INGEST, "--delimiter", ";;"), ("ingest", _INGEST, "--delimiter", '"'),
     ("ingest", _INGEST, "--delimiter", "§"),
+    ("features", _FEATURES, "--transform_module", ""),
     ("features", _FEATURES, "--log_buckets", "-3"), ("features", _FEATURES, "--log_buckets", "x"),
     ("features", _FEATURES, "--pii_columns", "key"),
     ("diff", _DIFF, "--abs_tol", "x"), ("diff", _DIFF, "--rel_tol", "-0.5"),
@@ -297,6 +298,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(name, flags, word, file
   out = tmp_path / "out"
   values = dict(files, out=str(out))
   argv = [f.format(**values) for f in flags]
+  if name in ("features", "rerun") and "--transform_module" not in argv:  # required
+    argv += ["--transform_module", "transforms.taxi"]
   inputs = {p: _tree(p) for p in (files["dataset"], files["log"], str(files["dir"]))}
   monkeypatch.syspath_prepend(files["modules"])
   monkeypatch.setattr(sys, "argv", ["skewtrace", name] + argv)

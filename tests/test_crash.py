@@ -95,7 +95,7 @@ def test_ingest_killed_at_any_point_reruns_to_the_same_dataset(tmp_path):
 
 def test_features_killed_at_any_point_reruns_to_the_same_log(taxi_runs, tmp_path):
   cmd = [PY, "-m", "pipelines.features", "--input_dir", taxi_runs["direct"], "--profile",
-         PROFILE, "--output_dir"]
+         PROFILE, "--transform_module", "transforms.taxi", "--output_dir"]
   clean = str(tmp_path / "clean")
   _run(cmd + [clean])
   killed = 0

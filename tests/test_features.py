@@ -180,8 +180,11 @@ def test_bad_input_exits_with_usage_error_and_writes_nothing(tmp_path, taxi_runs
                                                              message):
   from pipelines import features as job
   out = tmp_path / "out"
+  argv = make_args(tmp_path, taxi_runs["direct"]) + ["--output_dir", str(out)]
+  if "--transform_module" not in argv:  # required; the case is about another flag
+    argv += ["--transform_module", "transforms.taxi"]
   with pytest.raises(common.UsageError, match=message):
-    job.run(make_args(tmp_path, taxi_runs["direct"]) + ["--output_dir", str(out)])
+    job.run(argv)
   assert not out.exists()
 
 
@@ -192,7 +195,8 @@ def test_dataset_lacking_the_modules_columns_is_refused(tmp_path):
                  inputs=os.path.join(EDGE, "empty_values.csv"))
   with pytest.raises(common.UsageError, match=r"lacks column\(s\) trip_start_timestamp"):
     job.run(["--input_dir", small, "--output_dir", str(tmp_path / "out"), "--profile",
-             os.path.join(ROOT, "profiles", "offline.yaml")])
+             os.path.join(ROOT, "profiles", "offline.yaml"), "--transform_module",
+             "transforms.taxi"])
   assert not (tmp_path / "out").exists()
 
 

@@ -119,5 +119,6 @@ def test_pii_without_its_key_is_refused_before_anything_is_written(runs, tmp_pat
     features_job.run(["--input_dir", os.path.join(str(runs["dir"]), "ingest"), "--output_dir",
                       str(tmp_path / "out"), "--profile", os.path.join(
                           os.path.dirname(TAXI_SCHEMA), "..", "..", "profiles", "offline.yaml"),
-                      "--pii_columns", PII, "--pii_key_env", ENV])
+                      "--pii_columns", PII, "--pii_key_env", ENV,
+                      "--transform_module", "transforms.taxi"])
   assert not (tmp_path / "out").exists()

@@ -147,7 +147,8 @@ def _built(job, runner_flags, tmp_path, ingest_dir, features_dir):
     plan = ingest.plan_ingest(common.flags_of(ingest.IngestFlags, options, ingest.IngestOptions))
     return ingest.build_pipeline(plan, options)
   argv = ["--input_dir", ingest_dir, "--output_dir", str(tmp_path / "f"),
-          "--profile", os.path.join(ROOT, "profiles", "offline.yaml")] + runner_flags
+          "--profile", os.path.join(ROOT, "profiles", "offline.yaml"),
+          "--transform_module", "transforms.taxi"] + runner_flags
   options, _, _ = common.job_options(argv, features.FeaturesOptions, True)
   with concurrent.futures.ThreadPoolExecutor(1) as pool:  # runs the input's verification
     plan, _ = features.plan_features(

@@ -169,7 +169,7 @@ def test_a_logged_aggregate_the_module_does_not_compute_is_a_usage_error(offline
   with pytest.raises(common.UsageError, match="no_such_aggregate"):
     job.run(["--input_dir", data, "--output_dir", str(tmp_path / "f"), "--profile",
              os.path.join(os.path.dirname(TAXI_SCHEMA), "..", "..", "profiles",
-                          "offline.yaml")])
+                          "offline.yaml"), "--transform_module", "transforms.taxi"])
 
 
 def _logged(offline_dir, log_dir, records, served):

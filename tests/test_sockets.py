@@ -50,7 +50,8 @@ def _is_loopback(ip):
 @pytest.mark.parametrize("runner", ["multi_processing", "portable_embed"])
 def test_a_job_listens_on_loopback_only(runner, taxi_runs, tmp_path):
   cmd = [sys.executable, "-m", "pipelines.features", "--input_dir", taxi_runs["direct"],
-         "--output_dir", str(tmp_path / "out"), "--profile", PROFILE] + RUNNERS[runner]
+         "--output_dir", str(tmp_path / "out"), "--profile", PROFILE,
+         "--transform_module", "transforms.taxi"] + RUNNERS[runner]
   child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                            text=True)
   proc, seen = psutil.Process(child.pid), set()
