@@ -337,11 +337,13 @@ class ProductionLogger:
     merged = {b: e["parts"] for b, e in sorted(self._buckets.items()) if len(e["parts"]) > 1}
     if not merged:
       return
-    files = {}
-    for b, parts in merged.items():
+    def merge(parts):
       table = pa.concat_tables([log_files.read_part(os.path.join(self._log_dir, p)) for p in parts])
-      path = feature_log.part_path(b, self._num_buckets, self._next_part)
-      files[path] = self._part_bytes_of(table.cast(self._schema).sort_by(_ORDER))
+      return self._part_bytes_of(table.cast(self._schema).sort_by(_ORDER))
+    paths = {b: feature_log.part_path(b, self._num_buckets, self._next_part) for b in merged}
+    # The buckets merge side by side: Parquet's reader and writer and Arrow's sort release the GIL.
+    files = dict(zip(paths.values(), self._io.map(merge, merged.values())))
+    for b, path in paths.items():
       self._buckets[b]["parts"] = [path]
     for path, tmp in self._stage(files).items():
       os.replace(tmp, os.path.join(self._log_dir, path))
