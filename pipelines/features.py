@@ -25,11 +25,12 @@ __all__ = ["FeaturesOptions", "FeaturesFlags", "FeaturesPlan", "plan_features", 
 # is imported when the job runs, so --help and a flag error answer without them.
 _JOB = "pipelines.features_job"
 _JOB_NAMES = ("FeaturesPlan", "plan_features", "build_pipeline", "load_profile_and_module",
-              "check_transform_fn_dir", "read_event_column", "run_job", "LOG_INFO")
+              "check_transform_fn_dir", "read_event_column", "run_job", "LOG_INFO",
+              "_check_key_columns")
 
 
 def __getattr__(name):
-  if name in _JOB_NAMES or name.startswith("_check"):
+  if name in _JOB_NAMES:
     return getattr(importlib.import_module(_JOB), name)
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

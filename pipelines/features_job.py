@@ -91,9 +91,8 @@ def plan_features(opts, pool):
                       event=event_time.declaration(module),
                       transform_fn_dir=opts.transform_fn_dir or None,
                       side=side_of(manifest),
-                      pii_rule=pii.Pii(tuple(pii.with_key(
-                          pii.Pii.parse(opts.pii_columns, "").columns,
-                          manifest["key_columns"])), opts.pii_key_env or "")), verifying
+                      pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env,
+                                             manifest["key_columns"])), verifying
 
 
 def _key_text(columns):

@@ -188,8 +188,9 @@ def _source_options(opts, paths, payload_names):
 def _delimiter(opts):
   """--delimiter as one character ("tab" and "\\t" mean a tab)."""
   value = {"tab": "\t", "\\t": "\t"}.get(opts.delimiter, opts.delimiter)
-  if csv_records.delimiter_problem(value):
-    raise common.UsageError(f"--delimiter: {csv_records.delimiter_problem(value)}")
+  problem = csv_records.delimiter_problem(value)
+  if problem:
+    raise common.UsageError(f"--delimiter: {problem}")
   return value
 
 

@@ -39,15 +39,15 @@ INPUT_STAGES = ("raw", "parse")  # a record first differing here differs in its 
 _PARQUET = "parquet"
 
 
-def _read(path, columns, key=KEY):
-  """(the `key` column, as KEY (large_string), and `columns` of a Parquet file, or None; a
-  one-line problem or None)."""
+def _read(path, columns):
+  """(KEY (large_string) and `columns` of an ingest Parquet shard, or None; a one-line problem
+  or None)."""
   try:
     with FileSystems.open(path, compression_type="uncompressed") as f:
-      table = pq.read_table(f, columns=[key] + columns, **feature_log.read_options())
+      table = pq.read_table(f, columns=[KEY] + columns, **feature_log.read_options())
   except (OSError, pa.ArrowException) as e:
     return None, f"{path} is not a readable Parquet file ({first_line(e)})"
-  return table.set_column(0, KEY, table.column(key).cast(pa.large_string())), None
+  return table.set_column(0, KEY, table.column(KEY).cast(pa.large_string())), None
 
 
 def _logged(paths, hashed):
@@ -56,19 +56,18 @@ def _logged(paths, hashed):
   Columns in `hashed` (PII: logged as HMAC hex) are not read."""
   tables, columns = [], []
   for path in paths:
-    try:
+    try:  # each part opened once: its schema names the input columns, then they are read
       with FileSystems.open(path, compression_type="uncompressed") as f:
-        names = pq.read_schema(f).names
+        part = pq.ParquetFile(f, **feature_log.read_options())
+        columns = [c for c in feature_log.inputs_of(part.schema_arrow.names) if c not in hashed]
+        if not columns:
+          return None, [], None
+        table = part.read(columns=[feature_log.KEY] + [feature_log.input_column(c)
+                                                       for c in columns])
     except (OSError, pa.ArrowException) as e:
-      return None, [], f"{path} is not a readable Parquet file ({first_line(e)})"
-    columns = [c for c in feature_log.inputs_of(names) if c not in hashed]
-    if not columns:
-      return None, [], None
-    table, problem = _read(path, [feature_log.input_column(c) for c in columns],
-                           feature_log.KEY)
-    if problem:
-      return None, columns, problem
-    tables.append(table.rename_columns([KEY] + columns))
+      return None, columns, f"{path} is not a readable Parquet file ({first_line(e)})"
+    keys = table.column(feature_log.KEY).cast(pa.large_string())
+    tables.append(table.set_column(0, KEY, keys).rename_columns([KEY] + columns))
   return (pa.concat_tables(tables) if tables else None), columns, None
 
 

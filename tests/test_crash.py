@@ -72,43 +72,42 @@ def _digests(features_dir):
   return meta["input"]["content_digest"], [b["digests"] for b in meta["log"]["buckets"]]
 
 
-def test_ingest_killed_at_any_point_reruns_to_the_same_dataset(tmp_path):
-  cmd = [PY, "-m", "pipelines.ingest", "--input", TAXI_CSV, "--schema", TAXI_SCHEMA,
-         "--num_shards", "3", "--output_dir"]
+def _kill_and_rerun(cmd, tmp_path, delays, marker, result_of):
+  """cmd + [an output folder] killed `delays` seconds after its temp folder appears, once per
+  delay, each time checked and rerun; returns how many kills landed mid-run. The rerun's
+  result_of(folder) must equal a never-interrupted run's."""
   clean = str(tmp_path / "clean")
   _run(cmd + [clean])
-  with open(os.path.join(clean, "manifest.json")) as f:
-    digest = json.load(f)["content_digest"]
   killed = 0
-  for i, delay in enumerate((0.0, 0.2, 0.5, 1.0)):
+  for i, delay in enumerate(delays):
     out = str(tmp_path / f"out{i}")
     killed += _kill_when(cmd + [out], lambda out=out: bool(_temps(out)), delay)
-    _published_or_nothing(out, "manifest.json")
+    _published_or_nothing(out, marker)
     _run(cmd + [out])
     assert not _temps(out)
     result = _verify(out)
     assert result.returncode == 0, result.stdout
-    with open(os.path.join(out, "manifest.json")) as f:
-      assert json.load(f)["content_digest"] == digest
+    assert result_of(out) == result_of(clean)
+  return killed
+
+
+def _content_digest(dataset_dir):
+  with open(os.path.join(dataset_dir, "manifest.json")) as f:
+    return json.load(f)["content_digest"]
+
+
+def test_ingest_killed_at_any_point_reruns_to_the_same_dataset(tmp_path):
+  cmd = [PY, "-m", "pipelines.ingest", "--input", TAXI_CSV, "--schema", TAXI_SCHEMA,
+         "--num_shards", "3", "--output_dir"]
+  killed = _kill_and_rerun(cmd, tmp_path, (0.0, 0.2, 0.5, 1.0), "manifest.json",
+                           _content_digest)
   assert killed >= 2  # most kills landed mid-run
 
 
 def test_features_killed_at_any_point_reruns_to_the_same_log(taxi_runs, tmp_path):
   cmd = [PY, "-m", "pipelines.features", "--input_dir", taxi_runs["direct"], "--profile",
          PROFILE, "--transform_module", "transforms.taxi", "--output_dir"]
-  clean = str(tmp_path / "clean")
-  _run(cmd + [clean])
-  killed = 0
-  for i, delay in enumerate((0.5, 4.0)):
-    out = str(tmp_path / f"out{i}")
-    killed += _kill_when(cmd + [out], lambda out=out: bool(_temps(out)), delay)
-    _published_or_nothing(out, "run_metadata.json")
-    _run(cmd + [out])
-    assert not _temps(out)
-    result = _verify(out)
-    assert result.returncode == 0, result.stdout
-    assert _digests(out) == _digests(clean)
-  assert killed == 2
+  assert _kill_and_rerun(cmd, tmp_path, (0.5, 4.0), "run_metadata.json", _digests) == 2
 
 
 LOGGER = r'''

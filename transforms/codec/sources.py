@@ -88,8 +88,9 @@ def _check(opts):
       raise SourceError(f"envelope wants (column name, dotted path) pairs, got {item!r}")
   if opts.block_bytes < 1:
     raise SourceError("block_bytes must be positive")
-  if csv_records.delimiter_problem(opts.delimiter):
-    raise SourceError(csv_records.delimiter_problem(opts.delimiter))
+  problem = csv_records.delimiter_problem(opts.delimiter)
+  if problem:
+    raise SourceError(problem)
 
 
 def column_names(f, path, opts):

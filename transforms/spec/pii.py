@@ -57,9 +57,11 @@ class Pii:
     object.__setattr__(self, "columns", tuple(sorted(set(self.columns))))
 
   @classmethod
-  def parse(cls, text, key_env):
-    """From a comma-separated column list, as a flag gives it."""
-    return cls(tuple(c.strip() for c in (text or "").split(",") if c.strip()), key_env or "")
+  def parse(cls, text, key_env, key_columns=()):
+    """From a comma-separated column list, as a flag gives it (with_key: the key and its
+    columns as one)."""
+    columns = [c.strip() for c in (text or "").split(",") if c.strip()]
+    return cls(tuple(with_key(columns, key_columns)), key_env or "")
 
   def check_columns(self, features, flag="pii_columns"):
     """UsageError naming the PII columns that are neither KEY nor among `features` (nothing of
