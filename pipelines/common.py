@@ -87,9 +87,15 @@ def parse_options(argv, job_classes=None):
 def _did_you_mean(token, known):
   """An unknown flag as the error names it, with the closest known flag when one is close."""
   name = token.split("=", 1)[0]
-  close = difflib.get_close_matches(name, known, n=1, cutoff=0.75) if name.startswith("--") \
-      else []
-  return f"{token} (did you mean {close[0]}?)" if close else token
+  return did_you_mean(name, known, token) if name.startswith("--") else token
+
+
+def did_you_mean(name, known, shown=None):
+  """An unknown name (a flag, a config field) as an error names it (`shown`, default the name),
+  with the closest of `known` when one is close."""
+  close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.75)
+  shown = str(name) if shown is None else shown
+  return f"{shown} (did you mean {close[0]}?)" if close else shown
 
 
 BEAM_FLAGS_NOTE = ("Any Beam pipeline flag is accepted as well (--runner, --direct_num_workers, "

@@ -29,9 +29,10 @@ from transforms.beam.progress import Progress, stage_counts
 from transforms.codec import tfrecord
 from transforms.graph import analyze
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
-from transforms.spec import event_time, feature_log, pii, run_metadata, schema
+from transforms.spec import event_time, feature_log, pii, run_metadata, schema, window
 from transforms.spec import profile as profiles
 from transforms.spec.dataset import coverage_of, record_columns, side_of
+from transforms.spec.errors import first_line
 from transforms.spec.stages import STAGES, value_columns as stage_value_columns
 from transforms.stages.serialize_records import SerializeRecords
 from transforms.stages.shard_records import ShardRecords
@@ -53,7 +54,7 @@ class FeaturesPlan:
   profile: profiles.Profile
   module: object         # the feature module
   columns: tuple         # the dataset's ((name, type), ...)
-  aggregates: tuple      # the windowed aggregates' names
+  aggregates: tuple      # the windowed aggregates, as spec/window.describe gives them
   manifest: dict         # the input dataset's manifest
   log_buckets: int
   event: tuple           # the module's event-time (column, format, zone) declaration
@@ -120,18 +121,23 @@ def _dataset_plan(opts, module):
     raise common.UsageError("--input_dir must hold Parquet shards (exact float64 values)")
   columns = record_columns(manifest)  # the side columns are not the record's (spec/dataset.py)
   names = [n for n, _ in columns]
-  needed = [module.EVENT_TIME_COLUMN] + [a["group_by"] for a in module.WINDOWED_AGGREGATES]
-  lacking = [n for n in needed if n not in names]
+  aggregates = [window.describe(a) for a in module.WINDOWED_AGGREGATES]
+  needed = [module.EVENT_TIME_COLUMN] + [c for a in aggregates for c in window.input_columns(a)]
+  lacking = list(dict.fromkeys(n for n in needed if n not in names))
   if lacking:
     raise common.UsageError(f"the dataset schema lacks column(s) {', '.join(lacking)} that "
                             f"{opts.transform_module} needs")
+  try:
+    window.check_columns(aggregates, {n: schema.ARROW_TYPES[t] for n, t in columns})
+  except ValueError as e:
+    raise common.UsageError(f"--transform_module {opts.transform_module}: {e}") from None
   _check_key_columns(module, opts.transform_module, list(manifest["key_columns"]))
-  aggregates = [a["name"] for a in module.WINDOWED_AGGREGATES]
-  unknown = sorted(set(side_of(manifest)["aggregates"].values()) - set(aggregates))
+  declared = [a["name"] for a in aggregates]
+  unknown = sorted(set(side_of(manifest)["aggregates"].values()) - set(declared))
   if unknown:
     raise common.UsageError(f"the dataset logs aggregate(s) {', '.join(unknown)} that "
                             f"{opts.transform_module} does not compute (its "
-                            f"WINDOWED_AGGREGATES: {', '.join(aggregates) or 'none'})")
+                            f"WINDOWED_AGGREGATES: {', '.join(declared) or 'none'})")
   return manifest, columns, aggregates
 
 
@@ -171,11 +177,12 @@ def check_transform_fn_dir(transform_fn_dir, columns=None, aggregates=(),
                            flag="--transform_fn_dir"):
   """UsageError unless `transform_fn_dir` is a TF Transform output folder and, given the
   dataset's [(name, type)] columns, its transform function takes exactly the inputs this job
-  feeds: the columns and the windowed aggregates (int64), as graph/feed.py feeds them."""
+  feeds: the columns and the windowed aggregates (`aggregates`, in their spec/window.output_type),
+  as graph/feed.py feeds them."""
   types = None
   if columns is not None:
     types = {n: schema.ARROW_TYPES.get(t, pa.string()) for n, t in columns}
-    types = {n: types.get(n, pa.int64()) for n in stage_value_columns(list(types), aggregates)}
+    types.update((a["name"], window.output_type(a)) for a in aggregates)
   try:
     check_transform_fn(transform_fn_dir, types)
   except ValueError as e:
@@ -219,10 +226,12 @@ def build_pipeline(plan, options, temp_dir):
   prof = plan.profile
   module = plan.module
   event, event_format, event_zone = plan.event
-  value_columns = stage_value_columns([n for n, _ in plan.columns], plan.aggregates)
+  names = [a["name"] for a in plan.aggregates]
+  value_columns = stage_value_columns([n for n, _ in plan.columns], names)
   passthrough = feature_log.passthrough_columns()
   arrow_types = {n: schema.ARROW_TYPES[t] for n, t in plan.columns}
-  empty = {n: pa.array([], arrow_types.get(n, pa.int64())) for n in value_columns}
+  arrow_types.update((a["name"], window.output_type(a)) for a in plan.aggregates)
+  empty = {n: pa.array([], arrow_types[n]) for n in value_columns}
   for name, typ in feature_log.passthrough_types().items():
     empty[passthrough[name]] = pa.array([], typ)
   tft_schema = to_tft_batch(pa.record_batch(empty), value_columns, passthrough).schema
@@ -230,13 +239,13 @@ def build_pipeline(plan, options, temp_dir):
   pattern = FileSystems.join(plan.input_dir, "parquet", "*.parquet")
   batches = p | "ReadShards" >> _ShardsTFXIO(
       pattern, telemetry_descriptors=["skewtrace", "features"]).BeamSource()
-  count_columns = sorted({event} | {a["group_by"] for a in module.WINDOWED_AGGREGATES})
+  count_columns = sorted({event} | {c for a in plan.aggregates for c in window.input_columns(a)})
   count_batches = p | "ReadWindowColumns" >> _ShardsTFXIO(
       pattern, column_names=count_columns,
       telemetry_descriptors=["skewtrace", "features"]).BeamSource()
   side = plan.side or side_of(plan.manifest)
   windowed = (batches, count_batches) | "Window" >> WindowRecords(
-      event, module.WINDOWED_AGGREGATES, prof, event_format=event_format, event_zone=event_zone,
+      event, plan.aggregates, prof, event_format=event_format, event_zone=event_zone,
       logged={agg: column for column, agg in side["aggregates"].items()})
   staged = (windowed["kept"]
             | "ProgressWindow" >> Progress("features", "window")
@@ -254,15 +263,19 @@ def build_pipeline(plan, options, temp_dir):
       transformed, _ = staged | "Transform" >> TransformRecords(
           None, value_columns, tft_schema, passthrough, transform_fn_dir=fn_dir)
     else:
-      transformed, transform_fn = staged | "Transform" >> TransformRecords(
-          feature_module.reported(module), value_columns, tft_schema, passthrough)
+      try:  # TFT traces preprocessing_fn and infers its outputs' schema here
+        transformed, transform_fn = staged | "Transform" >> TransformRecords(
+            feature_module.reported(module), value_columns, tft_schema, passthrough)
+      except (TypeError, ValueError) as e:  # what the module returns: one line naming it
+        raise common.UsageError(f"--transform_module {plan.module.__name__}: TF Transform "
+                                f"refuses what preprocessing_fn returns: {first_line(e)}") from None
       _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(fn_dir)
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])
        | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
                                          event_format=event_format, event_zone=event_zone,
                                          served=tuple(side["served"].items()),
-                                         aggregates=plan.aggregates, pii=plan.pii_rule)
+                                         aggregates=names, pii=plan.pii_rule)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p

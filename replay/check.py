@@ -100,9 +100,10 @@ def load_config(text, path="config"):
     raise common.UsageError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
   if not isinstance(doc, dict):
     raise common.UsageError(f"{path}: a mapping with fields {', '.join(sorted(_FIELDS))}")
-  unknown = sorted(set(doc) - _FIELDS)
+  unknown = sorted(set(doc) - _FIELDS, key=str)
   if unknown:
-    raise common.UsageError(f"{path}: unknown field(s) {', '.join(map(str, unknown))}")
+    raise common.UsageError(f"{path}: unknown field(s) "
+                            f"{', '.join(common.did_you_mean(u, _FIELDS) for u in unknown)}")
   for name in ("offline", "production", "reports", "history"):
     if not isinstance(doc.get(name), str) or not doc[name]:
       raise common.UsageError(f"{path}: field {name!r} is required (a path)")
@@ -119,11 +120,12 @@ def load_config(text, path="config"):
     raise common.UsageError(f"{path}: history must be a local file (SQLite), got "
                             f"{doc['history']!r}")
   th = doc.get("thresholds")
+  unknown = sorted(set(th) - _THRESHOLDS, key=str) if isinstance(th, dict) else []
+  if unknown:  # before what is required: a misspelt threshold is named as such
+    raise common.UsageError(f"{path}: unknown threshold(s) "
+                            f"{', '.join(common.did_you_mean(u, _THRESHOLDS) for u in unknown)}")
   if not isinstance(th, dict) or "divergent_fraction" not in th:
     raise common.UsageError(f"{path}: thresholds.divergent_fraction is required")
-  unknown = sorted(set(th) - _THRESHOLDS)
-  if unknown:
-    raise common.UsageError(f"{path}: unknown threshold(s) {', '.join(map(str, unknown))}")
   stages = _mapping("thresholds.stages", th.get("stages"), _fraction)
   bad = sorted(set(stages) - set(STAGES))
   if bad:

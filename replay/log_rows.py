@@ -31,7 +31,7 @@ from transforms.spec.shard import sample_mask, shard_ids
 from transforms.spec.stages import (KEY, PARSE, RAW, SERIALIZE, SERVE, SHARD, SHARD_ID,
                                     TRANSFORM,
                                     WINDOW, WINDOW_END, WINDOW_START, DROP_REASON, value_columns)
-from transforms.spec.window import assign_windows
+from transforms.spec.window import assign_windows, output_type
 
 __all__ = ["LogRows", "RecordError", "pii_hash", "watermark_seconds"]
 
@@ -70,7 +70,7 @@ class LogRows:
 
   columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event: the feature
   module's event-time declaration (column, format, zone) (spec/event_time.py); aggregates: the
-  windowed aggregate names; profile: a transforms.spec.profile Profile; transform: the
+  windowed aggregates (spec/window.py: name, fn, ...); profile: a transforms.spec.profile Profile; transform: the
   transform_fn as transforms.graph.feed.transform_function gives it, finalized for the value
   columns (value_columns(columns, aggregates)); feature_spec: its transformed_feature_spec();
   transform_batch_size: records per TFT call; pii_columns, secret: log columns written as
@@ -91,7 +91,8 @@ class LogRows:
     self._name_set = frozenset(self._names)
     self._key_columns = list(key_columns)
     self._event, self._event_format, self._event_zone = event
-    self._aggregates = list(aggregates)
+    self._aggregates = [a["name"] for a in aggregates]
+    self._aggregate_types = {a["name"]: output_type(a) for a in aggregates}
     self._aggregate_set = frozenset(self._aggregates)
     self._value_columns = value_columns(self._names, self._aggregates)
     self._profile, self._transform, self._empty_is_null = profile, transform, empty_is_null
@@ -107,7 +108,7 @@ class LogRows:
       raise UsageError(f"served {', '.join(several)}: not a one-value transformed feature of "
                        f"the transform_fn ({', '.join(sorted(feature_spec))})")
     self._features, self._feature_types = sorted(feature_spec), {}
-    clear = list(log.HEAD) + [(log.aggregate_column(a), pa.int64())
+    clear = list(log.HEAD) + [(log.aggregate_column(a), self._aggregate_types[a])
                               for a in sorted(self._aggregates)]
     clear += [(log.input_column(c), pa.string()) for c in self._names] if inputs else []
     fields = list(clear)
@@ -173,7 +174,7 @@ class LogRows:
       return ()
     if not isinstance(aggregates, dict):
       raise RecordError(f"aggregates {', '.join(map(repr, self._aggregates))} expected (one "
-                        f"{{name: int}} per record), got {type(aggregates).__name__}")
+                        f"{{name: value}} per record), got {type(aggregates).__name__}")
     if aggregates.keys() != self._aggregate_set:
       unknown = sorted(aggregates.keys() - self._aggregate_set)
       missing = [n for n in self._aggregates if n not in aggregates]
@@ -183,12 +184,14 @@ class LogRows:
       raise RecordError(f"aggregates: {'; '.join(what)} (declared: "
                         f"{', '.join(map(repr, self._aggregates))})")
     out = []
-    for name in self._aggregates:
-      v = aggregates[name]
-      if type(v) is not int and (isinstance(v, (bool, np.bool_)) or
-                                 not isinstance(v, (int, np.integer))):
-        raise RecordError(f"aggregate {name!r} must be an integer, got {v!r}")
-      out.append(int(v))
+    for name in self._aggregates:  # counts: an integer; sum, mean, min, max: a number or None
+      v, count = aggregates[name], self._aggregate_types[name] == pa.int64()
+      kinds = (int, np.integer) if count else (int, float, np.integer, np.floating)
+      if type(v) is not int and (isinstance(v, (bool, np.bool_)) or not isinstance(v, kinds)):
+        if count or v is not None:
+          what = "an integer" if count else "a number or None"
+          raise RecordError(f"aggregate {name!r} must be {what}, got {v!r}")
+      out.append(v if v is None else int(v) if count else float(v))
     return tuple(out)
 
   # ------------------------------------------------------------------ on the worker thread
@@ -260,7 +263,7 @@ class LogRows:
           log.KEY, log.EVENT_TIME, log.DROPPED_STAGE, log.DROP_REASON,
           log.fp_column(RAW.name), log.fp_column(PARSE.name))}
     rows = pa.array(live)
-    aggregates = {name: pa.array([items[i][1][j] for i in live], pa.int64())
+    aggregates = {name: pa.array([items[i][1][j] for i in live], self._aggregate_types[name])
                   for j, name in enumerate(self._aggregates)}
     values = pa.Table.from_batches([typed]).take(rows)
     for name, column in aggregates.items():
@@ -289,7 +292,8 @@ class LogRows:
                                                   aggregates=self._aggregates)),
         log.fp_column(TRANSFORM.name): fp_transform,
         log.fp_column(SERVE.name): fp_transform,
-        **{log.aggregate_column(name): column for name, column in aggregates.items()}}
+        # the value TFT gets, after the serialize round trip, as the job logs it
+        **{log.aggregate_column(name): decoded.column(name) for name in aggregates}}
     if self._served:  # what the model got: the served value where serving logged one
       served = {f: log.cast_served(pa.array([items[i][2][j] for i in live]),
                                    self._feature_types[f]) for j, f in enumerate(self._served)}

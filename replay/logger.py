@@ -11,7 +11,7 @@ rewrites run_metadata.json (runner "ProductionLogger") the same way. close() wri
 and merges each bucket's parts into one. Thread-safe. docs/logger.md.
 
   with ProductionLogger.from_features_dir("out/features", "out/serving_log") as log:
-    log.log(record, {"area_trips_in_window": n}, watermark=t)
+    log.log(record, {"area_trips_in_window": n}, watermark=t)  # aggregates: spec/window.py
 """
 import concurrent.futures
 import os
@@ -27,7 +27,7 @@ from replay import log_files
 from replay.log_rows import LogRows, RecordError, pii_hash, watermark_seconds
 from transforms.graph import analyze, feed
 from transforms.spec import event_time, feature_log, fingerprint, modules, pii, run_metadata
-from transforms.spec import schema
+from transforms.spec import schema, window
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
 from transforms.spec.stages import FP_STAGES, PARSE, RAW, RECORD_STAGES, TRANSFORM, value_columns
@@ -54,8 +54,8 @@ class ProductionLogger:
   columns: [(name, INT|FLOAT|BYTES)] as the ingest typed them; key_columns: the record key
   columns ([] = content key: hex of the parse fingerprint + ':<ordinal>' among exact duplicates,
   in arrival order); event_time_column, event_time_format, event_time_zone: the module's
-  event-time declaration (spec/event_time.py); aggregates: its WINDOWED_AGGREGATES names
-  (values given per record); pii_columns: log columns ("key", transformed features, record
+  event-time declaration (spec/event_time.py); aggregates: its WINDOWED_AGGREGATES (spec/
+  window.py; values given per record: an int for a count, a float or None for the others); pii_columns: log columns ("key", transformed features, record
   columns) written as pii_hash(value, key), the HMAC key read from the environment variable
   named pii_key_env; max_pending_batches: full batches that may wait for the worker before
   log() blocks; compact_on_close: merge each bucket's parts on close(); empty_text_is_null: ""
@@ -79,17 +79,20 @@ class ProductionLogger:
         raise UsageError(f"profile {profile}: cannot read ({e})") from None
     self._profile, self._columns = profile, [(n, t) for n, t in columns]
     names = [n for n, _ in self._columns]
-    self._key_columns, self._aggregates = list(key_columns), list(aggregates)
+    self._key_columns = list(key_columns)
     for name in self._key_columns + [event_time_column]:
       if name not in names:
         raise UsageError(f"column {name!r} is not in the record schema")
     self._event = event = (event_time_column, event_time_format, event_time_zone)
-    try:  # the declaration, and the event column's type against its format
+    try:  # the aggregates; the event time's declaration, and its column's type against it
+      window.check_aggregates(aggregates)
       event_time.check_declaration(*event)
       event_time.to_seconds(pa.nulls(0, schema.ARROW_TYPES[dict(self._columns)[
           event_time_column]]), event_time_format, event_time_zone)
-    except event_time.EventTimeError as e:
-      raise UsageError(f"event time: {e}") from None
+    except ValueError as e:
+      what = "event time" if isinstance(e, event_time.EventTimeError) else "aggregates"
+      raise UsageError(f"{what}: {e}") from None
+    self._aggregates = [window.describe(a) for a in aggregates]
     if min(num_buckets, batch_size, transform_batch_size, max_pending_batches) < 1:
       raise UsageError("num_buckets, batch_size, transform_batch_size and max_pending_batches "
                        "must be >= 1")
@@ -99,8 +102,8 @@ class ProductionLogger:
     self._compact, self._log_inputs = compact_on_close, bool(log_inputs)
     self._pii = pii.with_key(pii_columns, self._key_columns)
     self._secret = pii.secret_from_env(pii_key_env) if self._pii else None
-    transform, spec = feed.transform_function(transform_fn_dir,
-                                              value_columns(names, self._aggregates))
+    transform, spec = feed.transform_function(transform_fn_dir, value_columns(
+        names, [a["name"] for a in self._aggregates]))
     self._rules = LogRows(self._columns, self._key_columns, event, self._aggregates, profile,
                           transform, spec, transform_batch_size,
                           self._pii, self._secret, empty_text_is_null, served_features,
@@ -185,8 +188,7 @@ class ProductionLogger:
                   for r, a, s in zip(records, per["aggregates"], per["served"])])
 
   def drain(self):
-    """Returns once every full batch handed to the worker so far is written (the open batch
-    stays open)."""
+    """Returns once every full batch handed to the worker so far is written (not the open one)."""
     with self._lock:
       if self._closed:
         return

@@ -1,6 +1,7 @@
 """What a serving system's online store would hold for the taxi records of a CSV: each record's
-windowed count, computed over the whole file with transforms.window_records as the offline job
-does; and the records as a CSV reader gives them, for replay.logger."""
+windowed aggregates, computed over the whole file with the window stage's rule
+(transforms/spec/window.py) as the offline job does; and the records as a CSV reader gives them,
+for replay.logger."""
 import csv
 import json
 import os
@@ -12,14 +13,15 @@ from transforms.spec import profile as profiles
 from transforms.spec import schema
 from transforms.spec import window as window_records
 
-__all__ = ["AGG", "records_and_counts"]
+__all__ = ["AGG", "records_and_counts", "records_and_aggregates"]
 
 AGG = "area_trips_in_window"
 
 
-def records_and_counts(csv_path, features_dir):
-  """(records: dicts column -> text, aggregates: one {AGG: count} per record), for the schema
-  and profile of the pipelines.features output `features_dir`."""
+def records_and_aggregates(csv_path, features_dir):
+  """(records: dicts column -> text, aggregates: one {name: value} per record, holding every
+  windowed aggregate the pipelines.features output `features_dir` recorded), for its schema,
+  event-time column and profile."""
   with open(os.path.join(features_dir, "run_metadata.json"), encoding="utf-8") as f:
     meta = json.load(f)
   columns = [(c["name"], c["type"]) for c in meta["schema"]["columns"]]
@@ -30,10 +32,17 @@ def records_and_counts(csv_path, features_dir):
   typed = pa.table([schema.type_column(text.column(n).combine_chunks(), t)[0]
                     for n, t in columns], names=names).combine_chunks().to_batches()[0]
   prof = profiles.parse_profile(meta["profile"])
-  kept, dropped = window_records.assign_windows(typed, "trip_start_timestamp", prof, None)
+  kept, dropped = window_records.assign_windows(typed, meta["event_time"]["column"], prof, None)
   assert dropped.num_rows == 0 and kept.num_rows == typed.num_rows  # order kept
-  counts = window_records.window_counts(kept, "pickup_community_area", prof)
-  store = window_records.join_counts(kept, "pickup_community_area", AGG, counts)
+  values = {a["name"]: window_records.aggregate_values(kept, a, prof).to_pylist()
+            for a in meta["schema"]["aggregates"]}
   with open(csv_path, newline="", encoding="utf-8") as f:
     records = list(csv.DictReader(f))
-  return records, [{AGG: n} for n in store.column(AGG).to_pylist()]
+  return records, [{name: v[i] for name, v in values.items()} for i in range(len(records))]
+
+
+def records_and_counts(csv_path, features_dir):
+  """records_and_aggregates of a run of the taxi module (its one aggregate, AGG)."""
+  records, aggregates = records_and_aggregates(csv_path, features_dir)
+  assert all(a.keys() == {AGG} for a in aggregates)
+  return records, aggregates

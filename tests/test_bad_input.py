@@ -108,6 +108,15 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
                                   "  raise ValueError('boom in preprocessing_fn')\n\n\n"
                                   "def _unused(inputs, bucket_count=_FEATURE_BUCKET_COUNT):"),
       "fn_not_callable": module + "\npreprocessing_fn = 3\n",
+      "float64_output": module.replace('  outputs["label"] =',
+                                       '  outputs["fare64"] = tf.cast(fare, tf.float64)\n'
+                                       '  outputs["label"] ='),
+      "mean_of_text": module.replace('"fn": "count"}]',
+                                     '"fn": "count"}, {"name": "m", "group_by": "company", '
+                                     '"fn": "mean", "column": "payment_type"}]'),
+      "unknown_fn": module.replace('"fn": "count"}]', '"fn": "median", "column": "fare"}]'),
+      "aggregate_is_a_column": module.replace('[{"name": "area_trips_in_window"',
+                                              '[{"name": "fare"'),
       "no_event_column": module.replace('EVENT_TIME_COLUMN = "trip_start_timestamp"',
                                         'EVENT_TIME_COLUMN = "no_such_column"'),
   }.items():
@@ -234,7 +243,11 @@ CASES = [
                        ("aggregate_without_group_by", "group_by"),
                        ("fn_raises", "boom in preprocessing_fn"),
                        ("fn_not_callable", "preprocessing_fn is not a function"),
-                       ("no_event_column", "no_such_column"))]
+                       ("no_event_column", "no_such_column"),
+                       ("float64_output", "refuses what preprocessing_fn returns"),
+                       ("mean_of_text", "fn mean needs a number column"),
+                       ("unknown_fn", "'median' is not one of"),
+                       ("aggregate_is_a_column", "the name of a dataset column"))]
 
 # The neighbours: each file-taking flag handed a missing path, a folder, an empty file and binary
 # garbage; each value flag handed a value of the wrong kind or out of range.

@@ -120,6 +120,11 @@ def test_a_missing_partition_is_an_error_naming_its_path(nights, taxi_features):
      "{divergent_fraction: 0.1, stages: {windw: 0}}\n", "unknown stage"),
     ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
      "{divergent_fraction: 0.1}\nextra: 1\n", "unknown field"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "
+     "{divergent_fracton: 0.1}\n", r"unknown threshold\(s\) divergent_fracton \(did you mean "
+                                   r"divergent_fraction\?\)$"),
+    ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistroy: h\nthresholds: "
+     "{divergent_fraction: 0.1}\n", r"unknown field\(s\) histroy \(did you mean history\?\)"),
     ("offline: a/{region}/{date}\nproduction: b/{date}\nreports: r\nhistory: h\n"
      "thresholds: {divergent_fraction: 0.1}\n", "bad template"),
     ("offline: a/{date}\nproduction: b/{date}\nreports: r\nhistory: h\nthresholds: "

@@ -33,8 +33,7 @@ def _fingerprints(batch, column, form, zone="UTC", aggregates=()):
                                         event_zone=zone)
   assert dropped.num_rows == 0
   for agg in aggregates:
-    kept = window.join_counts(kept, agg["group_by"], agg["name"],
-                              window.window_counts(kept, agg["group_by"], SIX_HOURS))
+    kept = kept.append_column(agg["name"], window.aggregate_values(kept, agg, SIX_HOURS))
   kept = window.window_fingerprints(kept, [a["name"] for a in aggregates])
   return dict(zip(kept.column("__key__").to_pylist(),
                   kept.column(stages.WINDOW_FP).to_pylist()))

@@ -425,7 +425,7 @@ def test_bad_input_is_a_usage_error(offline, taxi, tmp_path):
                                        f"module (declared: '{AGG}')"),
     ({}, {}, f"aggregates: '{AGG}' missing (declared: '{AGG}')"),
     ({}, {AGG: None}, f"aggregate '{AGG}' must be an integer, got None"),
-    ({}, None, f"aggregates '{AGG}' expected (one {{name: int}} per record), got NoneType"),
+    ({}, None, f"aggregates '{AGG}' expected (one {{name: value}} per record), got NoneType"),
     ({}, {AGG: True}, f"aggregate '{AGG}' must be an integer, got True")])
 def test_an_unknown_column_or_aggregate_is_a_one_line_value_error(offline, taxi, tmp_path,
                                                                   record, aggregates, message):

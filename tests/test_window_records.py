@@ -50,13 +50,19 @@ def test_late_records_are_dropped_with_reason():
   assert "late" in dropped.column(stages.DROP_REASON).to_pylist()[0]
 
 
+COUNT = {"name": "n", "group_by": "area", "fn": "count"}
+
+
+def counts(kept, p=BASE, ordered=True):
+  return rule.result(rule.partial_state(kept, COUNT, p, ordered), COUNT)
+
+
 def test_counts_treat_null_as_a_group_and_join_back():
   kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
-  counts = rule.window_counts(kept, "area", BASE)
-  assert counts.to_pylist() == [{"g": 0, "gnull": True, "e": 7200, "n": 1},
-                                {"g": 0, "gnull": True, "e": 10800, "n": 1},
-                                {"g": 1, "gnull": False, "e": 3600, "n": 2}]
-  joined = rule.join_counts(kept, "area", "n", counts)
+  assert counts(kept).to_pylist() == [{"g0": 0, "g0null": True, "e": 7200, "out": 1},
+                                      {"g0": 0, "g0null": True, "e": 10800, "out": 1},
+                                      {"g0": 1, "g0null": False, "e": 3600, "out": 2}]
+  joined = rule.join_aggregate(kept, COUNT, counts(kept))
   assert joined.column("n").to_pylist() == [2, 2, 1, 1]
 
 
@@ -64,7 +70,7 @@ def test_sliding_record_counts_in_every_window_containing_it():
   p = dataclasses.replace(BASE, window_type="sliding", window_period=1800)
   one = pa.record_batch({"t": pa.array([100], pa.int64()), "area": pa.array([5], pa.int64())})
   kept, _ = rule.assign_windows(one, "t", p, watermark=None)
-  assert [(r["g"], r["e"], r["n"]) for r in rule.window_counts(kept, "area", p).to_pylist()] \
+  assert [(r["g0"], r["e"], r["out"]) for r in counts(kept, p).to_pylist()] \
       == [(5, 1800, 1), (5, 3600, 1)]
 
 
@@ -76,53 +82,52 @@ def test_counts_group_by_value_with_null_its_own_group(values, typ, g):
   b = pa.record_batch({"t": pa.array([0, 10, 20, 30, 7300], pa.int64()),
                        "area": pa.array(values, typ)})
   kept, _ = rule.assign_windows(b, "t", BASE, watermark=None)
-  counts = rule.window_counts(kept, "area", BASE)
-  assert counts.column("g").to_pylist() == g
-  joined = rule.join_counts(kept, "area", "n", counts)
+  assert counts(kept).column("g0").to_pylist() == g
+  joined = rule.join_aggregate(kept, COUNT, counts(kept))
   expected = {int: [3, 3, 1, 3, 1], str: [3, 3, 1, 3, 1], float: [2, 1, 1, 2, 1]}
   assert joined.column("n").to_pylist() == expected[type(values[0])]
 
 
 def test_counts_of_no_records_join_as_zero():
-  fn = wr.SumCounts()
+  fn = wr.MergeStates(COUNT)
   nothing = fn.extract_output(fn.create_accumulator())
   assert nothing.num_rows == 0
   kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
-  assert rule.join_counts(kept, "area", "n", nothing).column("n").to_pylist() == [0, 0, 0, 0]
+  assert rule.join_aggregate(kept, COUNT, nothing).column("n").to_pylist() == [0, 0, 0, 0]
 
 
 def test_counts_tables_travel_as_arrow_never_pickled(monkeypatch):
   import pickle
   from transforms.beam.arrow_coder import TableCoder
   kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
-  counts = rule.window_counts(kept, "area", BASE)
+  state = rule.partial_state(kept, COUNT, BASE)
 
   def refuse(*args, **kwargs):
     raise AssertionError("a counts table was pickled")
 
   monkeypatch.setattr(pickle, "dumps", refuse)
-  coder = wr.SumCounts().get_accumulator_coder()
-  assert all(t.equals(counts) for t in coder.decode(coder.encode([counts, counts])))
-  assert TableCoder().decode(TableCoder().encode(counts)).equals(counts)
-  assert TableCoder().get_impl().estimate_size(counts) == counts.get_total_buffer_size()
+  coder = wr.MergeStates(COUNT).get_accumulator_coder()
+  assert all(t.equals(state) for t in coder.decode(coder.encode([state, state])))
+  assert TableCoder().decode(TableCoder().encode(state)).equals(state)
+  assert TableCoder().get_impl().estimate_size(state) == state.get_total_buffer_size()
   assert isinstance(beam.coders.registry.get_coder(pa.Table), TableCoder)
 
 
-def test_sum_counts_merges_partials_in_any_order():
+def test_merge_states_merges_partials_in_any_order():
   kept, _ = rule.assign_windows(batch(), "t", BASE, watermark=None)
-  parts = [rule.window_counts(kept.slice(i, 1), "area", BASE) for i in range(kept.num_rows)]
-  fn = wr.SumCounts()
+  parts = [rule.partial_state(kept.slice(i, 1), COUNT, BASE) for i in range(kept.num_rows)]
+  fn = wr.MergeStates(COUNT)
   forward = fn.extract_output(fn.merge_accumulators(
       [fn.add_input(fn.create_accumulator(), t) for t in parts]))
   acc = fn.create_accumulator()
   for t in reversed(parts):
     acc = fn.add_input(acc, t)
   assert forward.equals(fn.extract_output(acc))
-  assert forward.equals(rule.window_counts(kept, "area", BASE))
+  assert forward.equals(counts(kept))
   # the pipeline's partial tables come unordered; the sum is ordered all the same
   acc = fn.create_accumulator()
   for i in reversed(range(0, kept.num_rows, 2)):
-    acc = fn.add_input(acc, rule.window_counts(kept.slice(i, 2), "area", BASE, ordered=False))
+    acc = fn.add_input(acc, rule.partial_state(kept.slice(i, 2), COUNT, BASE, ordered=False))
   assert forward.equals(fn.extract_output(acc))
 
 

@@ -14,6 +14,7 @@ import manifests
 from transforms.spec.errors import UsageError
 from transforms.spec.feature_log import LOG_SEED
 from transforms.spec.stages import STAGES
+from transforms.spec.window import describe
 
 __all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "EVENT_TIME", "TRANSFORM_FN", "document", "dump",
            "load", "versions"]
@@ -43,7 +44,8 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
              transform_fn=None, source=None):
   """The run metadata of a feature log. columns: [(name, type)]; buckets: the per-bucket
   entries (bucket, path, rows, dropped, digests, and a logger's parts); versions_: default
-  versions(). The logger adds its own sections (log.parts, pii) to what this returns.
+  versions(); aggregates: the windowed aggregates (recorded as spec/window.describe gives
+  them: name, fn, group_by, column). The logger adds its own sections (log.parts, pii) to what this returns.
   event_time: the module's (column, format, zone) declaration (spec/event_time.declaration);
   transform_fn: (the folder it was given as, or None when the run analysed, the content
   digest of the run's transform_fn); source: the input's {"format", "coverage",
@@ -57,7 +59,7 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
       "input": {"dir": input_dir, "content_digest": content_digest,
                 "key_columns": list(key_columns)},
       "schema": {"columns": [{"name": n, "type": t} for n, t in columns],
-                 "aggregates": list(aggregates)},
+                 "aggregates": [describe(a) for a in aggregates]},
       "versions": versions() if versions_ is None else versions_,
       "runner": runner,
       "stages": list(STAGES),

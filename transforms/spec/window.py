@@ -6,10 +6,24 @@ Each record gets one window from the profile (spec/profile.py):
            start = end - size (a trailing window: "the last `size` seconds as of `end`")
 A record without an event time, or whose window is late (end + allowed lateness <= watermark,
 the watermark being the largest event time of the run), is dropped, with its reason
-(stages.WINDOW). Each aggregate {"name", "group_by", "fn": "count"} counts the kept records with
-the same group_by value (null is a value of its own) in each window containing them, and joins
-that count to every record of the window as an int64 column. The stage's fingerprint covers the
-window bounds and the joined aggregate values (stages.WINDOW.fingerprint_fields).
+(stages.WINDOW).
+
+A windowed aggregate {"name", "group_by": column or [columns], "fn", "column"} is computed over
+the kept records with the same group_by values (null is a value of its own) in each window
+containing them (size / period windows for a sliding window), and joined to every record of the
+window as a column `name`:
+  count           records (int64); with a `column`, its non-null values, as pandas' count
+  count_distinct  distinct non-null values of `column` (int64; -0.0 counts as 0.0)
+  sum, mean       of `column`'s non-null values (float64; null when the window has none); the
+                  sum is taken in ascending value order, so it is the same bytes however the
+                  records were partitioned and merged
+  min, max        of `column`'s non-null values (float64; null when the window has none)
+NaN counts as null (pandas' skipna). sum/mean/min/max need a number column (INT or FLOAT,
+read as float64). The stage's fingerprint covers the window bounds and the joined aggregate
+values (stages.WINDOW.fingerprint_fields).
+
+Computation, one rule offline and in tests: partial_state (a table per batch) -> merge_states
+(any grouping, any order) -> result (one row per group and window end) -> join_aggregate.
 """
 import numpy as np
 import pyarrow as pa
@@ -18,26 +32,91 @@ import pyarrow.compute as pc
 from transforms.spec import event_time, fingerprint
 from transforms.spec.stages import DROP_REASON, WINDOW, WINDOW_END, WINDOW_FP, WINDOW_START
 
-__all__ = ["assign_windows", "event_seconds", "latest_event_time", "window_counts", "sum_counts",
-           "join_counts", "window_fingerprints", "check_aggregates", "AGGREGATE_FNS", "NO_COUNTS"]
+__all__ = ["assign_windows", "event_seconds", "latest_event_time", "partial_state",
+           "merge_states", "result", "join_aggregate", "aggregate_values", "window_fingerprints",
+           "check_aggregates", "check_columns", "describe", "group_columns", "input_columns",
+           "output_type", "AGGREGATE_FNS", "NO_STATE"]
 
-AGGREGATE_FNS = ("count",)  # the windowed aggregate functions there are
+AGGREGATE_FNS = ("count", "sum", "mean", "min", "max", "count_distinct")
+_NUMBER_FNS = ("sum", "mean", "min", "max")  # over a number column; a float64 result
+_FIELDS = ("name", "group_by", "fn", "column")
+# The state of no records (an empty input): joins as 0 (counts) or null.
+NO_STATE = pa.table({"e": pa.array([], pa.int64())})
+
+
+def group_columns(agg):
+  """The aggregate's group_by columns, as a list."""
+  by = agg["group_by"]
+  return [by] if isinstance(by, str) else list(by)
+
+
+def input_columns(agg):
+  """The record columns an aggregate reads: its group_by columns, then its `column`."""
+  return group_columns(agg) + ([agg["column"]] if agg.get("column") else [])
+
+
+def output_type(agg):
+  """The Arrow type of an aggregate's values: float64 for sum, mean, min, max; else int64."""
+  return pa.float64() if agg["fn"] in _NUMBER_FNS else pa.int64()
+
+
+def describe(agg):
+  """The aggregate as the run metadata records it: {name, fn, group_by: [..], column|None}."""
+  return {"name": agg["name"], "fn": agg["fn"], "group_by": group_columns(agg),
+          "column": agg.get("column")}
 
 
 def check_aggregates(aggregates):
-  """ValueError naming the first aggregate that is not {"name": str, "group_by": str, "fn": one
-  of AGGREGATE_FNS}."""
+  """ValueError naming the first aggregate that is not a mapping of the fields above: a name
+  (unique), group_by (a column or a non-empty list of distinct columns), fn (AGGREGATE_FNS),
+  and a column for every fn but count."""
   if not isinstance(aggregates, (list, tuple)):
     raise ValueError(f"WINDOWED_AGGREGATES must be a list, got {type(aggregates).__name__}")
+  seen = set()
   for i, agg in enumerate(aggregates):
     if not isinstance(agg, dict):
-      raise ValueError(f"aggregate {i} must be a mapping with name, group_by and fn")
-    for field in ("name", "group_by"):
-      if not isinstance(agg.get(field), str) or not agg[field]:
-        raise ValueError(f"aggregate {agg.get('name', i)!r} has no {field}")
+      raise ValueError(f"aggregate {i} must be a mapping with name, group_by, fn (and column)")
+    name = agg.get("name")
+    if not isinstance(name, str) or not name:
+      raise ValueError(f"aggregate {i} has no name")
+    unknown = sorted(set(agg) - set(_FIELDS), key=str)
+    if unknown:
+      raise ValueError(f"aggregate {name!r}: unknown field(s) {', '.join(map(str, unknown))} "
+                       f"(fields: {', '.join(_FIELDS)})")
+    if name in seen:
+      raise ValueError(f"aggregate {name!r} is declared twice")
+    seen.add(name)
+    by = agg.get("group_by")
+    by = [by] if isinstance(by, str) else by
+    if not isinstance(by, (list, tuple)) or not by or \
+        not all(isinstance(c, str) and c for c in by) or len(set(by)) != len(by):
+      raise ValueError(f"aggregate {name!r} has no group_by (a column or a list of distinct "
+                       f"columns), got {agg.get('group_by')!r}")
     if agg.get("fn") not in AGGREGATE_FNS:
-      raise ValueError(f"aggregate {agg['name']!r}: fn {agg.get('fn')!r} is not one of "
+      raise ValueError(f"aggregate {name!r}: fn {agg.get('fn')!r} is not one of "
                        f"{', '.join(AGGREGATE_FNS)}")
+    column = agg.get("column")
+    if (column is not None or agg["fn"] != "count") and \
+        (not isinstance(column, str) or not column):
+      raise ValueError(f"aggregate {name!r}: fn {agg['fn']} needs a column (the one it "
+                       f"aggregates), got {column!r}")
+
+
+def check_columns(aggregates, arrow_types):
+  """ValueError naming the first aggregate named like a column of `arrow_types` ({column: Arrow
+  type}), reading a column not in it, or whose fn needs a number column and is given another."""
+  for agg in aggregates:
+    if agg["name"] in arrow_types:
+      raise ValueError(f"aggregate {agg['name']!r} has the name of a dataset column (each is "
+                       "an input of preprocessing_fn: rename the aggregate)")
+    for column in input_columns(agg):
+      if column not in arrow_types:
+        raise ValueError(f"aggregate {agg['name']!r} reads column {column!r}, which the "
+                         "dataset lacks")
+    typ = arrow_types.get(agg.get("column"))
+    if agg["fn"] in _NUMBER_FNS and not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+      raise ValueError(f"aggregate {agg['name']!r}: fn {agg['fn']} needs a number column; "
+                       f"{agg['column']!r} is {typ}")
 
 
 def assign_windows(batch, event_column, profile, watermark, event_format=event_time.DEFAULT_FORMAT,
@@ -88,10 +167,10 @@ def latest_event_time(batch, event_column, event_format=event_time.DEFAULT_FORMA
   return int(seconds[has].max()) if has.any() else None
 
 
-_GROUP = ["g", "gnull", "e"]
-# The counts of no records (an empty input): its group column has no type of its own.
-NO_COUNTS = pa.schema([("g", pa.null()), ("gnull", pa.bool_()), ("e", pa.int64()),
-                       ("n", pa.int64())]).empty_table()
+# --------------------------------------------------------------------------- aggregates
+def _keys(agg):
+  """The state's key columns: per group column g<i> (value) and g<i>null, then e (window end)."""
+  return [k for i in range(len(group_columns(agg))) for k in (f"g{i}", f"g{i}null")] + ["e"]
 
 
 def _group_values(column):
@@ -108,52 +187,127 @@ def _group_values(column):
   return column.fill_null(fill), column.is_null()
 
 
-def sum_counts(tables, ordered=False):
-  """One counts table from partial ones; `ordered`: sorted by group, window end (the final
-  table; partial sums are summed again whatever their order). No tables: NO_COUNTS."""
-  tables = list(tables)
+def _values(column, fn):
+  """(values, valid: bool numpy) of an aggregate's column: float64 for the number fns and
+  count; for count_distinct integers and text as they are, floats as float64 with -0.0 as 0.0,
+  any other type by its text. NaN is not valid (as null)."""
+  typ = column.type
+  number = pa.types.is_integer(typ) or pa.types.is_floating(typ)
+  if fn == "count_distinct" and not pa.types.is_floating(typ):
+    values = column if (pa.types.is_integer(typ) or pa.types.is_string(typ) or
+                        pa.types.is_large_string(typ)) else column.cast(pa.string())
+    return values, column.is_valid().to_numpy(zero_copy_only=False)
+  if not number:  # count of a text column: its non-null cells
+    return column, column.is_valid().to_numpy(zero_copy_only=False)
+  values = pc.add(column.cast(pa.float64()), 0.0)  # -0.0 + 0.0 is 0.0
+  valid = pc.and_(values.is_valid(), pc.invert(pc.is_nan(values))).fill_null(False)
+  return values, valid.to_numpy(zero_copy_only=False)
+
+
+def partial_state(batch, agg, profile, ordered=True):
+  """The aggregate's state over a windowed batch: a table of its keys (_keys) and n (count) or
+  v (the values of the other fns), merged (merge_states) and sorted unless not `ordered` (the
+  pipeline's partial tables, merged again by the combiner)."""
+  fn, n = agg["fn"], batch.num_rows
+  copies = profile.window_size // profile.window_period  # the windows containing a record
+  if agg.get("column"):
+    values, valid = _values(batch.column(agg["column"]), fn)
+  else:
+    values, valid = None, np.ones(n, dtype=bool)
+  rows = np.repeat(np.arange(n), copies)[np.repeat(valid, copies)]
+  ends = (batch.column(WINDOW_END).to_numpy()[:, None]
+          + np.arange(copies)[None, :] * profile.window_period).ravel()[np.repeat(valid, copies)]
+  take = pa.array(rows, pa.int64())
+  cols = {}
+  for i, column in enumerate(group_columns(agg)):
+    groups, nulls = _group_values(batch.column(column))
+    cols[f"g{i}"], cols[f"g{i}null"] = pc.take(groups, take), pc.take(nulls, take)
+  cols["e"] = pa.array(ends, pa.int64())
+  if fn == "count":
+    cols["n"] = pa.array(np.ones(len(rows), dtype=np.int64))
+  else:
+    cols["v"] = pc.take(values, take)
+  return merge_states([pa.table(cols)], agg, ordered)
+
+
+def merge_states(tables, agg, ordered=False):
+  """One state from partial ones, whatever their grouping and order: counts summed, minima
+  and maxima taken, distinct values kept once, sum/mean values kept (summed by result, in
+  value order). `ordered`: sorted by key (and value). No rows at all: NO_STATE."""
+  tables = [t for t in tables if t.num_rows]
   if not tables:
-    return NO_COUNTS
-  table = pa.concat_tables(tables)
-  summed = table.group_by(_GROUP).aggregate([("n", "sum")]).rename_columns(
-      {"n_sum": "n"}).select(["g", "gnull", "e", "n"])
+    return NO_STATE
+  table, keys, fn = pa.concat_tables(tables), _keys(agg), agg["fn"]
+  if fn == "count":
+    table = table.group_by(keys).aggregate([("n", "sum")]).rename_columns(
+        {"n_sum": "n"}).select(keys + ["n"])
+  elif fn in ("min", "max"):
+    table = table.group_by(keys).aggregate([("v", fn)]).rename_columns(
+        {f"v_{fn}": "v"}).select(keys + ["v"])
+  elif fn == "count_distinct":
+    table = table.group_by(keys + ["v"]).aggregate([]).select(keys + ["v"])
   if not ordered:
-    return summed
-  return summed.take(pc.sort_indices(summed, [(c, "ascending") for c in _GROUP]))
+    return table
+  order = keys + (["v"] if fn in ("count_distinct", "sum", "mean") else [])
+  return table.take(pc.sort_indices(table, [(c, "ascending") for c in order]))
 
 
-def window_counts(batch, group_column, profile, ordered=True):
-  """Partial counts of a windowed batch: a table (g: group value (_group_values), gnull: group
-  is null, e: window end, n: records), sorted by group and window end unless not `ordered`
-  (the pipeline's partial tables, summed again by SumCounts).
+def result(state, agg):
+  """(keys..., out): the aggregate's value per group and window end, sorted by key, from a
+  merged state (merge_states)."""
+  if not state.num_rows:
+    return NO_STATE
+  keys, fn = _keys(agg), agg["fn"]
+  state = merge_states([state], agg, ordered=True)
+  if fn in ("count", "min", "max"):
+    return state.rename_columns([{"n": "out", "v": "out"}.get(n, n) for n in state.column_names])
+  if fn == "count_distinct":
+    counted = state.group_by(keys).aggregate([("v", "count")])
+    counted = counted.take(pc.sort_indices(counted, [(c, "ascending") for c in keys]))
+    return counted.rename_columns({"v_count": "out"}).select(keys + ["out"])
+  # sum, mean: the sorted values summed group by group, in that (ascending) order
+  change = np.zeros(state.num_rows, dtype=bool)
+  change[0] = True
+  for key in keys:
+    column = state.column(key).combine_chunks()
+    change[1:] |= pc.not_equal(column.slice(1), column.slice(0, len(column) - 1)).to_numpy(
+        zero_copy_only=False)
+  starts = np.flatnonzero(change)
+  values = state.column("v").to_numpy()
+  total = np.add.reduceat(values, starts)
+  if fn == "mean":
+    total = total / np.diff(np.append(starts, len(values)))
+  out = state.select(keys).take(pa.array(starts))
+  return out.append_column("out", pa.array(total, pa.float64()))
 
-  A sliding-window record counts in every window containing it (size / period of them).
-  """
-  groups, nulls = _group_values(batch.column(group_column))
-  end = batch.column(WINDOW_END).to_numpy()
-  copies = profile.window_size // profile.window_period
-  if copies > 1:
-    rows = pa.array(np.repeat(np.arange(len(end)), copies))
-    groups, nulls = pc.take(groups, rows), pc.take(nulls, rows)
-  table = pa.table({"g": groups, "gnull": nulls,
-                    "e": (end[:, None] + np.arange(copies)[None, :] * profile.window_period)
-                    .ravel(), "n": np.ones(len(groups), dtype=np.int64)})
-  return sum_counts([table], ordered)
 
-
-def join_counts(batch, group_column, name, counts):
-  """batch + int64 column `name`: the count of its (group, window end), by a vectorised join
-  with a counts table (window_counts / SumCounts)."""
-  if not counts.num_rows:
-    return batch.append_column(name, pa.array(np.zeros(batch.num_rows, np.int64)))
-  groups, nulls = _group_values(batch.column(group_column))
-  table = pa.table({"__row__": np.arange(batch.num_rows), "g": groups, "gnull": nulls,
-                    "e": batch.column(WINDOW_END)})
-  # counts RIGHT OUTER JOIN rows == rows LEFT OUTER JOIN counts; Acero builds its hash table
-  # on the right input, so it is the batch's rows (not the whole counts table, every batch).
-  joined = counts.rename_columns({"n": "__n__"}).join(table, _GROUP, join_type="right outer")
+def join_aggregate(batch, agg, values):
+  """batch + column agg["name"] (output_type): each record's value for its group and window
+  end, by a vectorised join with a result table (result); a group and window with no state is
+  0 for the counts, null for the others."""
+  name, typ = agg["name"], output_type(agg)
+  if not values.num_rows:
+    fill = np.zeros(batch.num_rows, np.int64) if typ == pa.int64() else None
+    return batch.append_column(name, pa.array(fill, typ) if fill is not None
+                               else pa.nulls(batch.num_rows, typ))
+  keys, cols = _keys(agg), {"__row__": np.arange(batch.num_rows)}
+  for i, column in enumerate(group_columns(agg)):
+    cols[f"g{i}"], cols[f"g{i}null"] = _group_values(batch.column(column))
+  cols["e"] = batch.column(WINDOW_END)
+  # values RIGHT OUTER JOIN rows == rows LEFT OUTER JOIN values; Acero builds its hash table
+  # on the right input, so it is the batch's rows (not the whole values table, every batch).
+  joined = values.rename_columns([{"out": "__out__"}.get(n, n) for n in values.column_names]) \
+      .join(pa.table(cols), keys, join_type="right outer")
   joined = joined.take(pc.sort_indices(joined, [("__row__", "ascending")]))
-  return batch.append_column(name, joined.column("__n__").combine_chunks().fill_null(0))
+  out = joined.column("__out__").combine_chunks().cast(typ)
+  return batch.append_column(name, out.fill_null(0) if typ == pa.int64() else out)
+
+
+def aggregate_values(batch, agg, profile):
+  """The aggregate's value for every record of a windowed batch, computed over that batch
+  alone (what an online store holding exactly these records gives)."""
+  values = result(partial_state(batch, agg, profile), agg)
+  return join_aggregate(batch, agg, values).column(agg["name"])
 
 
 def window_fingerprints(batch, aggregates):

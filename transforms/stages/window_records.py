@@ -1,6 +1,6 @@
 """WindowRecords: the `window` stage on RecordBatches -- event-time windows, late-record drops and
 windowed aggregates, by the rule of spec/window.py (the windows, the drops and their reasons,
-the counts and their join, the stage's fingerprint). The event time is read in the feature
+the aggregates' states, values and join, the stage's fingerprint). The event time is read in the feature
 module's declared EVENT_TIME_FORMAT / EVENT_TIME_ZONE (spec/event_time.py) and windowed, and the
 watermark taken, in Unix seconds.
 """
@@ -10,31 +10,35 @@ import pyarrow as pa
 from transforms.beam.ahead import AheadDoFn
 from transforms.beam.arrow_coder import TableCoder
 from transforms.spec import event_time
-from transforms.spec.window import (assign_windows, check_aggregates, join_counts,
-                                    latest_event_time, sum_counts, window_counts,
-                                    window_fingerprints)
+from transforms.spec.window import (assign_windows, check_aggregates, join_aggregate,
+                                    latest_event_time, merge_states, output_type, partial_state,
+                                    result, window_fingerprints)
 
-__all__ = ["WindowRecords", "SumCounts", "DROPPED"]
+__all__ = ["WindowRecords", "MergeStates", "DROPPED"]
 
 DROPPED = "dropped"  # the tag of the dropped records' output
 
 
-class SumCounts(beam.CombineFn):
-  """Partial counts tables -> their sum (a CombineFn, so it scales as a combiner lifts). The
+class MergeStates(beam.CombineFn):
+  """One aggregate's partial state tables -> its values per group and window end
+  (spec/window.py: merge_states, result), a CombineFn, so it scales as a combiner lifts. The
   tables travel as Arrow IPC (transforms/beam/arrow_coder.TableCoder), never pickled."""
+
+  def __init__(self, aggregate):
+    self._agg = aggregate
 
   def create_accumulator(self):
     return []
 
   def add_input(self, acc, table):
     acc.append(table)
-    return [sum_counts(acc)] if len(acc) >= 32 else acc
+    return [merge_states(acc, self._agg)] if len(acc) >= 32 else acc
 
   def merge_accumulators(self, accumulators):
-    return [sum_counts([t for acc in accumulators for t in acc])]
+    return [merge_states([t for acc in accumulators for t in acc], self._agg)]
 
   def extract_output(self, acc):
-    return sum_counts(acc, ordered=True)
+    return result(merge_states(acc, self._agg), self._agg)
 
   def get_accumulator_coder(self):
     return beam.coders.ListCoder(TableCoder())
@@ -55,7 +59,7 @@ class _AssignFn(beam.DoFn):
 
 
 class _JoinFn(AheadDoFn):
-  """Joins the counts one batch ahead (Acero joins and the fingerprint kernel release the GIL),
+  """Joins the aggregates one batch ahead (Acero joins and the fingerprint kernel release the GIL),
   overlapping the stages after it (TFT's analysis) on the previous batch. A logged aggregate
   ({name: side column}) is the record's own logged value, as serving's online store gave it."""
 
@@ -63,13 +67,14 @@ class _JoinFn(AheadDoFn):
     self._aggregates = aggregates
     self._logged = logged
 
-  def work(self, batch, **counts):
+  def work(self, batch, **values):
     for agg in self._aggregates:
       name = agg["name"]
       if name in self._logged:
-        batch = batch.append_column(name, batch.column(self._logged[name]).cast(pa.int64()))
+        batch = batch.append_column(name, batch.column(self._logged[name]).cast(
+            output_type(agg)))
       else:
-        batch = join_counts(batch, agg["group_by"], name, counts[name])
+        batch = join_aggregate(batch, agg, values[name])
     yield window_fingerprints(batch, [agg["name"] for agg in self._aggregates])
 
 
@@ -87,10 +92,10 @@ class WindowRecords(beam.PTransform):
   """RecordBatches -> windowed batches with aggregates and __window_fp__; DROPPED tagged.
 
   Input: a PCollection of batches, or a pair (batches, count_batches) where count_batches
-  hold the same records' event-time and group-by columns (a column-projected second read of
+  hold the same records' event-time and aggregate input columns (a column-projected second read of
   the input). With the pair, the watermark and the aggregates come from count_batches, so
   the full batches stream through assign -> join (and on, fused with the stages after) without
-  being materialised to wait for the counts side input.
+  being materialised to wait for the aggregates side inputs.
 
   event_format / event_zone: the feature module's declaration (spec/event_time.declaration).
   logged: {aggregate: side column} of the aggregates serving logged (spec/dataset.py side
@@ -127,15 +132,16 @@ class WindowRecords(beam.PTransform):
       counted = count_batches | "AssignForCounts" >> beam.Map(
           _kept_only, self._event, self._profile, watermark).with_output_types(
               pa.RecordBatch)
-    counts = {}
+    values = {}
     for i, agg in enumerate(self._aggregates):
       if agg["name"] in self._logged:
         continue
-      counts[agg["name"]] = beam.pvalue.AsSingleton(
+      values[agg["name"]] = beam.pvalue.AsSingleton(
           counted
-          | f"PartialCounts{i}" >> beam.Map(window_counts, agg["group_by"], self._profile,
+          | f"PartialState{i}" >> beam.Map(partial_state, agg, self._profile,
                                             ordered=False).with_output_types(pa.Table)
-          | f"SumCounts{i}" >> beam.CombineGlobally(SumCounts()).with_output_types(pa.Table))
+          | f"MergeStates{i}" >> beam.CombineGlobally(MergeStates(agg)).with_output_types(
+              pa.Table))
     joined = assigned.kept | "JoinAggregates" >> beam.ParDo(
-        _JoinFn(self._aggregates, self._logged), **counts).with_output_types(pa.RecordBatch)
+        _JoinFn(self._aggregates, self._logged), **values).with_output_types(pa.RecordBatch)
     return {"kept": joined, DROPPED: assigned[DROPPED]}

@@ -91,7 +91,8 @@ def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii()):
   """The log's stage columns of a batch of dropped records or of records going into TFT;
   event: (column, format, zone), the event time logged in Unix seconds (spec/window.py);
   served: ((side column, feature), ...), logged as served__F for records going into TFT;
-  aggregates: the windowed aggregates' names, logged as aggregate__A for those records; pii:
+  aggregates: the windowed aggregates' names, logged as aggregate__A for those records (the
+  value TFT gets, after the serialize round trip); pii:
   the key logged hashed when it is PII."""
   n = batch.num_rows
   column, form, zone = event
@@ -116,7 +117,7 @@ def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii()):
     for column, feature in served:
       cols[served_column(feature)] = batch.column(column)
     for name in sorted(aggregates):
-      cols[aggregate_column(name)] = batch.column(name).cast(pa.int64())
+      cols[aggregate_column(name)] = batch.column(name)  # its spec/window.output_type
   return cols
 
 

@@ -1,0 +1,316 @@
+"""Windowed aggregates (transforms/spec/window.py): count, count_distinct, sum, mean, min and
+max, over one group column or several, on fixed and sliding windows.
+
+The expected values are computed here with pandas (groupby over the group columns and the window
+end, null a group of its own, NaN skipped), independently of the code under test: on the taxi
+sample, on generated records (hypothesis), and in the features job's log. Partial states merge
+to the same bytes in any grouping and order. The production logger given the same values as an
+online store would hold logs the same rows (0 divergent), and a logger given a wrong mean for
+some records parts at `window` for exactly those.
+"""
+import csv
+import glob
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests import online_store
+from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
+from transforms.spec import profile as profiles
+from transforms.spec import window
+from transforms.stages import window_records
+
+TIME = "trip_start_timestamp"
+AGGREGATES = [
+    {"name": "area_trips", "group_by": "pickup_community_area", "fn": "count"},
+    {"name": "area_tipped", "group_by": "pickup_community_area", "fn": "count",
+     "column": "tips"},
+    {"name": "area_fare_sum", "group_by": "pickup_community_area", "fn": "sum",
+     "column": "fare"},
+    {"name": "company_mean_miles", "group_by": "company", "fn": "mean", "column": "trip_miles"},
+    {"name": "payment_min_fare", "group_by": "payment_type", "fn": "min", "column": "fare"},
+    {"name": "route_max_fare", "group_by": ["pickup_community_area", "dropoff_community_area"],
+     "fn": "max", "column": "fare"},
+    {"name": "area_companies", "group_by": "pickup_community_area", "fn": "count_distinct",
+     "column": "company"},
+    {"name": "payment_fares", "group_by": ["payment_type"], "fn": "count_distinct",
+     "column": "fare"},
+]
+FLOAT_FNS = ("sum", "mean", "min", "max")
+
+
+def _profile(size, period):
+  return profiles.parse_profile({
+      "windowing": {"type": "fixed" if size == period else "sliding", "size_seconds": size,
+                    "period_seconds": period, "offset_seconds": 0,
+                    "allowed_lateness_seconds": None},
+      "sharding": {"num_shards": 2, "hash_seed": 0},
+      "serialization": {"format": "parquet", "float_dtype": "float64"},
+      "sampling": {"seed": 0, "fraction": 1.0}})
+
+
+def expected(df, agg, time, size, period):
+  """Each record's value of `agg` by pandas: the record is repeated into every window holding
+  it (trailing windows ending at the first period boundary after t, then every period while the
+  window still holds t), grouped by the group columns and window end (dropna=False: null is a
+  group), aggregated, and joined back on the record's own window end."""
+  by = window.group_columns(agg)
+  end = (np.floor_divide(df[time].to_numpy(), period) + 1) * period
+  copies = size // period
+  read = list(dict.fromkeys(by + ([agg["column"]] if agg.get("column") else [])))
+  rows = df.loc[df.index.repeat(copies), read].copy()
+  rows["__end__"] = (end[:, None] + np.arange(copies)[None, :] * period).ravel()
+  groups = rows.groupby(by + ["__end__"], dropna=False)
+  fn, column = agg["fn"], agg.get("column")
+  if fn == "count":
+    out = groups.size() if column is None else groups[column].count()
+  elif fn == "count_distinct":
+    out = groups[column].nunique()
+  elif fn == "sum":
+    out = groups[column].sum(min_count=1)
+  else:
+    out = getattr(groups[column], fn)()
+  own = df[by].copy()
+  own["__end__"] = end
+  joined = own.merge(out.rename("__out__").reset_index(), on=by + ["__end__"], how="left")
+  values = joined["__out__"]
+  return values.fillna(0).astype(np.int64).to_numpy() if fn.startswith("count") else \
+      values.astype(np.float64).to_numpy()
+
+
+def computed(batch, agg, time, prof):
+  kept, dropped = window.assign_windows(batch, time, prof, None)
+  assert dropped.num_rows == 0
+  values = window.aggregate_values(kept, agg, prof)
+  assert values.type == (pa.float64() if agg["fn"] in FLOAT_FNS else pa.int64())
+  return values.to_numpy(zero_copy_only=False)
+
+
+def assert_same(agg, got, want):
+  if agg["fn"] in ("sum", "mean"):  # pandas sums in another order: the last bits may differ
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9, err_msg=agg["name"])
+  else:
+    np.testing.assert_array_equal(got, want, err_msg=agg["name"])
+
+
+@pytest.fixture(scope="module")
+def taxi():
+  table = pa.Table.from_pandas(pd.read_csv(TAXI_CSV), preserve_index=False)
+  return table.combine_chunks().to_batches()[0], pd.read_csv(TAXI_CSV)
+
+
+@pytest.mark.parametrize("size, period", [(3600, 3600), (3600, 1200)])
+@pytest.mark.parametrize("agg", AGGREGATES, ids=[a["name"] for a in AGGREGATES])
+def test_each_fn_equals_pandas_on_the_taxi_sample(taxi, agg, size, period):
+  batch, df = taxi
+  got = computed(batch, agg, TIME, _profile(size, period))
+  want = expected(df, agg, TIME, size, period)
+  assert len(got) == len(df) and (not agg["fn"].startswith("count") or want.max() > 1)
+  assert_same(agg, got, want)
+
+
+_GROUPS = st.one_of(st.none(), st.integers(0, 3))
+_TEXT = st.one_of(st.none(), st.sampled_from(["a", "b", ""]))
+_FLOATS = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.5, -2.25, float("nan")]),
+                    st.floats(-1e6, 1e6, allow_nan=False))
+_INTS = st.one_of(st.none(), st.integers(-5, 5))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_every_fn_equals_pandas_and_merges_alike_on_generated_records(data):
+  n = data.draw(st.integers(1, 30), label="records")
+  draw = lambda s, label: data.draw(st.lists(s, min_size=n, max_size=n), label=label)  # noqa
+  batch = pa.record_batch({"t": pa.array(draw(st.integers(0, 4 * 3600), "t"), pa.int64()),
+                           "g": pa.array(draw(_GROUPS, "g"), pa.int64()),
+                           "h": pa.array(draw(_TEXT, "h"), pa.string()),
+                           "x": pa.array(draw(_FLOATS, "x"), pa.float64()),
+                           "i": pa.array(draw(_INTS, "i"), pa.int64())})
+  size, period = data.draw(st.sampled_from([(3600, 3600), (3600, 1800), (3600, 900)]))
+  prof = _profile(size, period)
+  df = batch.to_pandas()
+  for fn in window.AGGREGATE_FNS:
+    for by in (["g"], ["g", "h"]):
+      for column in ("x", "i") + (("h",) if fn in ("count", "count_distinct") else ()):
+        agg = {"name": "a", "group_by": by, "fn": fn, "column": column}
+        assert_same(agg, computed(batch, agg, "t", prof), expected(df, agg, "t", size, period))
+  # partial states merged in another grouping and order give the same bytes
+  kept, _ = window.assign_windows(batch, "t", prof, None)
+  order = data.draw(st.permutations(range(n)), label="order")
+  cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4), label="cuts"))
+  shuffled = kept.take(pa.array(order))
+  parts = [shuffled.slice(a, b - a) for a, b in zip([0] + cuts, cuts + [n])]
+  for fn in window.AGGREGATE_FNS:
+    agg = {"name": "a", "group_by": ["g", "h"], "fn": fn, "column": "x"}
+    merge = window_records.MergeStates(agg)
+    accs = [merge.add_input(merge.create_accumulator(),
+                            window.partial_state(p, agg, prof, ordered=False)) for p in parts]
+    whole = window.result(window.partial_state(kept, agg, prof), agg)
+    assert merge.extract_output(merge.merge_accumulators(accs)).equals(whole), fn
+
+
+def test_a_window_without_values_is_null_for_the_values_and_zero_for_the_counts():
+  batch = pa.record_batch({"t": pa.array([10, 20, 4000], pa.int64()),
+                           "g": pa.array([1, 1, 1], pa.int64()),
+                           "x": pa.array([None, float("nan"), 2.0], pa.float64())})
+  prof = _profile(3600, 3600)
+  kept, _ = window.assign_windows(batch, "t", prof, None)
+  for fn, want in (("sum", [None, None, 2.0]), ("max", [None, None, 2.0]),
+                   ("count", [0, 0, 1]), ("count_distinct", [0, 0, 1])):
+    agg = {"name": "a", "group_by": "g", "fn": fn, "column": "x"}
+    assert window.aggregate_values(kept, agg, prof).to_pylist() == want, fn
+
+
+def test_the_float_sum_is_the_same_bytes_in_any_order():
+  # 0.1 + 0.2 + 0.3 differs from 0.3 + 0.2 + 0.1 in float64; the rule sums in value order
+  values = [0.1, 0.2, 0.3, 1e16, -1e16, 3.0]
+  prof, agg = _profile(3600, 3600), {"name": "s", "group_by": "g", "fn": "sum", "column": "x"}
+  orders = ([0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [3, 0, 4, 1, 5, 2])
+  assert len({sum(values[i] for i in order) for order in orders}) > 1  # order matters
+  sums = set()
+  for order in orders:
+    batch = pa.record_batch({"t": pa.array([1] * 6, pa.int64()), "g": pa.array([0] * 6),
+                             "x": pa.array([values[i] for i in order], pa.float64())})
+    kept, _ = window.assign_windows(batch, "t", prof, None)
+    sums |= set(window.aggregate_values(kept, agg, prof).to_pylist())
+  assert sums == {sum(sorted(values))}
+
+
+@pytest.mark.parametrize("aggregates, types, message", [
+    ([{"name": "m", "group_by": "g", "fn": "mean", "column": "s"}],
+     {"g": pa.int64(), "s": pa.string()}, "aggregate 'm': fn mean needs a number column; 's' is "
+                                          "string"),
+    ([{"name": "g", "group_by": "g", "fn": "count"}], {"g": pa.int64()},
+     "aggregate 'g' has the name of a dataset column"),
+    ([{"name": "m", "group_by": ["g", "k"], "fn": "count"}], {"g": pa.int64()},
+     "aggregate 'm' reads column 'k', which the dataset lacks")])
+def test_columns_an_aggregate_cannot_use_are_named(aggregates, types, message):
+  with pytest.raises(ValueError) as e:
+    window.check_columns(aggregates, types)
+  assert str(e.value).startswith(message)
+
+
+# --------------------------------------------------------------------------- the job and logger
+MODULE = '''"""Taxi features over every kind of windowed aggregate (tests/test_aggregates.py)."""
+import tensorflow as tf
+import tensorflow_transform as tft
+
+EVENT_TIME_COLUMN = "trip_start_timestamp"
+KEY_COLUMNS = ["trip_id"]
+WINDOWED_AGGREGATES = {aggregates!r}
+
+
+def _dense(x, default):
+  x = tf.sparse.to_dense(tf.SparseTensor(x.indices, x.values, [x.dense_shape[0], 1]), default)
+  return tf.squeeze(x, axis=1)
+
+
+def preprocessing_fn(inputs):
+  fare = tf.cast(_dense(inputs["fare"], tf.constant(0, tf.float64)), tf.float32)
+  out = {{"fare_z": tft.scale_to_z_score(fare)}}
+  for agg in WINDOWED_AGGREGATES:
+    x = inputs[agg["name"]]
+    out[agg["name"] + "_x"] = tf.cast(_dense(x, tf.constant(-1, x.dtype)), tf.float32)
+  return out
+'''
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """The taxi sample keyed by trip_id, run through the features job with every aggregate, and
+  the same records through the production logger with the values an online store holds; a
+  second logger gets a wrong company_mean_miles for every 7th record that has one."""
+  d = tmp_path_factory.mktemp("aggregates")
+  with open(TAXI_CSV, newline="") as f:
+    rows = list(csv.reader(f))
+  path = d / "taxi.csv"
+  with open(path, "w", newline="") as f:
+    w = csv.writer(f, lineterminator="\n")
+    w.writerow(rows[0] + ["trip_id"])
+    for i, row in enumerate(rows[1:]):
+      w.writerow(row + [f"T{i:06d}"])
+  module = d / "every_aggregate.py"
+  module.write_text(MODULE.format(aggregates=AGGREGATES))
+  data = ingest(d / "ingest", "--num_shards", "2", "--schema", TAXI_SCHEMA, "--key_columns",
+                "trip_id", inputs=str(path))
+  offline = features(data, d / "offline", "--transform_module", str(module))
+  from replay.logger import ProductionLogger
+  records, aggregates = online_store.records_and_aggregates(str(path), offline)
+  out = {"csv": str(path), "offline": offline, "production": str(d / "production"),
+         "wrong": str(d / "wrong")}
+  with ProductionLogger.from_features_dir(offline, out["production"]) as logger:
+    logger.log_batch(records, aggregates)
+  wrong = [dict(a) for a in aggregates]
+  changed = set()
+  for i, a in enumerate(wrong):
+    if i % 7 == 0 and a["company_mean_miles"] is not None:
+      a["company_mean_miles"] += 0.25
+      changed.add(records[i]["trip_id"])
+  out["changed"] = changed
+  with ProductionLogger.from_features_dir(offline, out["wrong"]) as logger:
+    logger.log_batch(records, wrong)
+  return out
+
+
+def _log(root):
+  table = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
+      os.path.join(root, "feature_log", "*.parquet")))])
+  return table.take(pa.compute.sort_indices(table, [("key", "ascending")]))
+
+
+def test_the_job_logs_every_aggregate_as_pandas_computes_it(runs):
+  df = pd.read_csv(runs["csv"])
+  with open(os.path.join(ROOT, "profiles", "offline.yaml"), encoding="utf-8") as f:
+    windowing = yaml.safe_load(f)["windowing"]
+  assert windowing["type"] == "fixed" and windowing["offset_seconds"] == 0
+  size = windowing["size_seconds"]
+  log = _log(runs["offline"])
+  assert log.column("key").to_pylist() == sorted(df["trip_id"])
+  df = df.set_index("trip_id").loc[log.column("key").to_pylist()].reset_index()
+  for agg in AGGREGATES:
+    got = log.column(f"aggregate__{agg['name']}")
+    want = expected(df, agg, TIME, size, size)
+    if agg["fn"] in FLOAT_FNS:  # the offline profile's tf.Example round trip: float32
+      assert got.type == pa.float64()
+      want = want.astype(np.float32).astype(np.float64)
+      got = got.to_numpy(zero_copy_only=False)
+      if agg["fn"] in ("sum", "mean"):
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=agg["name"])
+        continue
+    else:
+      assert got.type == pa.int64()
+    np.testing.assert_array_equal(np.asarray(got), want, err_msg=agg["name"])
+
+
+def test_the_logger_given_the_online_values_logs_what_the_job_logs(runs):
+  from replay import api
+  off, pro = _log(runs["offline"]), _log(runs["production"])
+  for agg in AGGREGATES:
+    column = f"aggregate__{agg['name']}"
+    assert off.column(column).equals(pro.column(column)), agg["name"]
+  for stage in ("raw", "parse", "window", "shard", "serialize", "transform"):
+    assert off.column(f"fp_{stage}").equals(pro.column(f"fp_{stage}")), stage
+  report = api.diff(runs["offline"], runs["production"],
+                    os.path.join(os.path.dirname(runs["production"]), "diff_same"))
+  assert report.exit_code == 0
+  assert report.to_dict()["records"]["divergent"] == 0
+
+
+def test_a_wrong_online_mean_parts_at_window_for_exactly_those_records(runs):
+  from replay import api
+  report = api.diff(runs["offline"], runs["wrong"],
+                    os.path.join(os.path.dirname(runs["wrong"]), "diff_wrong")).to_dict()
+  assert len(runs["changed"]) > 100
+  assert report["first_divergent_stage"]["window"] == len(runs["changed"])
+  assert sum(report["first_divergent_stage"].values()) == len(runs["changed"])
+  sample = report["samples"]["divergent"][0]
+  assert sample["key"] in runs["changed"]
+  off, wrong = sample["aggregates"]["company_mean_miles"]
+  assert wrong == pytest.approx(off + 0.25, abs=1e-5)
