@@ -41,12 +41,12 @@ def _is_dir(path):
   return "://" not in path and os.path.isdir(path)
 
 
-def read_header(path, delimiter=csv_records.DELIMITER):
+def read_header(path, dialect=csv_records.DEFAULT):
   """The header of a CSV file (plain or .gz), or None when the file holds no record at all."""
   with FileSystems.open(path) as f:
-    for block in csv_records.iter_blocks(f, 1 << 16):
+    for block in csv_records.iter_blocks(f, 1 << 16, dialect):
       try:
-        return csv_records.parse_header(block, delimiter)
+        return csv_records.parse_header(block, dialect)
       except csv_records.HeaderError as e:
         raise UsageError(f"{path}: {e}") from None
   return None

@@ -102,8 +102,11 @@ class IngestOptions(PipelineOptions):
                         help="Fail the run when more than this fraction of rows is rejected.")
     parser.add_argument("--csv_block_bytes", type=int, default=8 << 20,
                         help="Bytes of CSV parsed per batch (memory per reader).")
-    parser.add_argument("--delimiter", default=",",
+    parser.add_argument("--delimiter", default=csv_records.DELIMITER,
                         help="CSV field delimiter: one character, or 'tab'.")
+    parser.add_argument("--quote_char", default=csv_records.QUOTE,
+                        help="CSV quote character: one character (a doubled one inside quotes "
+                             "is one).")
 
   @staticmethod
   def check(flags):
@@ -182,16 +185,18 @@ def _source_options(opts, paths, payload_names):
   record_path = tuple(k for k in opts.record_path.split(".") if k) if opts.record_path else ()
   return sources.SourceOptions(format=fmt, record_path=record_path, preset=opts.preset or None,
                                envelope=envelope, payload_names=tuple(payload_names),
-                               block_bytes=opts.csv_block_bytes, delimiter=_delimiter(opts))
+                               block_bytes=opts.csv_block_bytes,
+                               **_dialect(opts))
 
 
-def _delimiter(opts):
-  """--delimiter as one character ("tab" and "\\t" mean a tab)."""
-  value = {"tab": "\t", "\\t": "\t"}.get(opts.delimiter, opts.delimiter)
-  problem = csv_records.delimiter_problem(value)
+def _dialect(opts):
+  """--delimiter and --quote_char as SourceOptions fields ("tab" and "\\t" mean a tab)."""
+  delimiter = {"tab": "\t", "\\t": "\t"}.get(opts.delimiter, opts.delimiter)
+  problem = csv_records.Dialect(delimiter, opts.quote_char).problem()
   if problem:
-    raise common.UsageError(f"--delimiter: {problem}")
-  return value
+    field, why = problem
+    raise common.UsageError(f"--{'quote_char' if field == 'quote' else 'delimiter'}: {why}")
+  return {"delimiter": delimiter, "quote": opts.quote_char}
 
 
 IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)
@@ -339,7 +344,7 @@ def _column_names(paths, source):
       if names is not None:
         return list(names)
     raise common.UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
-  headers = {path: dataset.read_header(path, source.delimiter) for path in paths}
+  headers = {path: dataset.read_header(path, source.dialect) for path in paths}
   with_header = [p for p in paths if headers[p] is not None]
   if not with_header:
     raise common.UsageError(f"no header: no input file has a header row ({', '.join(paths)})")
@@ -361,7 +366,9 @@ def _recorded_options(opts, num_shards, formats, key_columns, source):
           "preset": source.preset, "envelope": [list(e) for e in source.envelope],
           "served": opts.served, "logged_aggregates": opts.logged_aggregates,
           # recorded only when not the default, so a comma dataset's manifest keeps its bytes
-          **({"delimiter": source.delimiter} if source.delimiter != "," else {})}
+          **({"delimiter": source.delimiter} if source.delimiter != csv_records.DELIMITER
+             else {}),
+          **({"quote_char": source.quote} if source.quote != csv_records.QUOTE else {})}
 
 
 def build_pipeline(plan, options):

@@ -1,4 +1,5 @@
-"""--delimiter: a CSV split by ';', tab or '|' ingests to the same records as its comma form.
+"""--delimiter and --quote_char: a CSV split by ';', tab or '|', or quoting with ', ingests to
+the same records as its comma form with double quotes.
 
 The files are written here from the same rows with Python's csv module (quoting a cell that
 holds the delimiter); the datasets must agree on their content digest (the parse fingerprints of
@@ -23,9 +24,10 @@ ROWS = [["ride_id", "city", "km", "ts", "note"],
         ["4", "Metz", "12", "1700000300", "line\nbreak"]]
 
 
-def _write(path, delimiter):
+def _write(path, delimiter, quote='"', quoting=csv.QUOTE_MINIMAL):
   with open(path, "w", newline="", encoding="utf-8") as f:
-    csv.writer(f, delimiter=delimiter, lineterminator="\n").writerows(ROWS)
+    csv.writer(f, delimiter=delimiter, quotechar=quote, quoting=quoting,
+               lineterminator="\n").writerows(ROWS)
   return str(path)
 
 
@@ -54,4 +56,35 @@ def test_a_file_split_by_another_delimiter_says_so(tmp_path):
   from pipelines import ingest as job
   with pytest.raises(common.UsageError, match=r"is the delimiter ';'\? pass --delimiter ';'"):
     job.run(["--input", path, "--output_dir", str(tmp_path / "out"), "--key_columns", "ride_id"])
+  assert not (tmp_path / "out").exists()
+
+
+def test_another_quote_character_ingests_to_the_same_records(tmp_path):
+  base, rows = _dataset(ingest(tmp_path / "double", "--key_columns", "ride_id", "--num_shards",
+                               "1", inputs=_write(tmp_path / "rides.csv", ",")))
+  assert "quote_char" not in base["options"]
+  # every cell quoted with ', so a " is plain text and the ; inside quotes is no delimiter
+  path = _write(tmp_path / "rides.single.csv", ";", "'", csv.QUOTE_ALL)
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  assert "'said \"hi\", left'" in text and "'Lyon; Vieux|Port'" in text
+  manifest, got = _dataset(ingest(tmp_path / "single", "--key_columns", "ride_id",
+                                  "--num_shards", "1", "--delimiter", ";", "--quote_char", "'",
+                                  inputs=path))
+  assert manifest["content_digest"] == base["content_digest"]
+  assert got == rows
+  assert manifest["options"]["quote_char"] == "'" and manifest["options"]["delimiter"] == ";"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--quote_char", "''"], "--quote_char: the quote character must be one ASCII character"),
+    (["--quote_char", ","], "--quote_char: the delimiter and the quote character are both ','"),
+    (["--delimiter", '"'], "--delimiter: the delimiter and the quote character are both '\"'"),
+    (["--delimiter", "é"], "--delimiter: the delimiter must be one ASCII character")])
+def test_a_dialect_that_cannot_split_is_a_usage_error(tmp_path, flags, message):
+  from pipelines import ingest as job
+  with pytest.raises(common.UsageError) as e:
+    job.run(["--input", _write(tmp_path / "rides.csv", ","), "--output_dir",
+             str(tmp_path / "out")] + flags)
+  assert str(e.value).startswith(message)
   assert not (tmp_path / "out").exists()

@@ -1,7 +1,8 @@
 """Splits a CSV byte stream into records and fields with numpy and pyarrow, keeping provenance.
 
-A record ends at a newline outside double quotes (quote parity, RFC 4180), so quoted fields
-may hold newlines and doubled quotes. Each record keeps its 1-based physical start line and
+A record ends at a newline outside quotes (quote parity, RFC 4180), so quoted fields may hold
+newlines and doubled quotes. The Dialect names the field delimiter and the quote character
+(default `,` and `"`). Each record keeps its 1-based physical start line and
 its raw bytes, so a row rejected at any later step can be reported exactly as it was read.
 Blank lines are not records. A record is rejected here, with its reason, when its quoting is
 malformed, its bytes are not UTF-8, or its field count differs from the header's; the rest
@@ -16,21 +17,36 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 __all__ = ["RecordBlock", "iter_blocks", "parse_header", "parse_block", "without_first",
-           "HeaderError", "DELIMITER", "delimiter_problem", "other_delimiter"]
+           "HeaderError", "Dialect", "DELIMITER", "QUOTE", "DEFAULT", "other_delimiter"]
 
 BOM = b"\xef\xbb\xbf"
-_NL, _CR, _QUOTE = ord("\n"), ord("\r"), ord('"')
+_NL, _CR = ord("\n"), ord("\r")
 DELIMITER = ","  # the field delimiter unless a reader is given another (one character)
+QUOTE = '"'  # the quote character unless a reader is given another (one character)
 LINE_COLUMN, RAW_COLUMN, FILE_COLUMN = "__line__", "__raw__", "__file__"
 
 
-def delimiter_problem(delimiter):
-  """Why `delimiter` cannot split CSV fields (one ASCII character, not a quote or a line end),
-  or None."""
-  if len(delimiter) != 1 or not delimiter.isascii() or delimiter in '"\r\n':
-    return (f"the delimiter must be one ASCII character other than a quote or a line end, got "
-            f"{delimiter!r}")
-  return None
+@dataclasses.dataclass(frozen=True)
+class Dialect:
+  """How a CSV file splits: its field delimiter and quote character (one ASCII character
+  each, distinct, neither a line end)."""
+  delimiter: str = DELIMITER
+  quote: str = QUOTE
+
+  def problem(self):
+    """(the field at fault: "delimiter" or "quote", why) when this dialect cannot split CSV
+    records, else None."""
+    for field, what, c in (("delimiter", "delimiter", self.delimiter),
+                           ("quote", "quote character", self.quote)):
+      if not isinstance(c, str) or len(c) != 1 or not c.isascii() or c in "\r\n":
+        return field, f"the {what} must be one ASCII character other than a line end, got {c!r}"
+    if self.delimiter == self.quote:
+      return ("quote" if self.quote != QUOTE else "delimiter",
+              f"the delimiter and the quote character are both {self.quote!r}")
+    return None
+
+
+DEFAULT = Dialect()
 
 
 def other_delimiter(names, delimiter=DELIMITER):
@@ -56,11 +72,11 @@ class RecordBlock:
   unterminated: bool = False  # the last record hit end of file inside quotes
 
 
-def _split(buf, line_base, final):
+def _split(buf, line_base, final, quote):
   """Record boundaries in buf (records start outside quotes). Returns (block, consumed, lines)."""
   arr = np.frombuffer(buf, dtype=np.uint8)
   nl = np.flatnonzero(arr == _NL)
-  quotes = np.flatnonzero(arr == _QUOTE)
+  quotes = np.flatnonzero(arr == quote)
   # Quotes before each newline; even -> the newline ends a record.
   parity = np.searchsorted(quotes, nl) & 1
   ends = nl[parity == 0]
@@ -90,7 +106,7 @@ def _split(buf, line_base, final):
   return block, consumed, lines_used
 
 
-def iter_blocks(f, block_bytes=8 << 20):
+def iter_blocks(f, block_bytes=8 << 20, dialect=DEFAULT):
   """Yields RecordBlocks of whole records read from binary file object f, header included.
 
   Memory is bounded by block_bytes plus the longest record.
@@ -108,7 +124,7 @@ def iter_blocks(f, block_bytes=8 << 20):
       first = False
     if not buf:
       return
-    block, consumed, line_base_next = _split(buf, line_base, final)
+    block, consumed, line_base_next = _split(buf, line_base, final, ord(dialect.quote))
     if len(block.starts):
       yield block
     carry = buf[consumed:]
@@ -123,7 +139,7 @@ def without_first(block):
                              lines=block.lines[1:])
 
 
-def parse_header(block, delimiter=DELIMITER):
+def parse_header(block, dialect=DEFAULT):
   """Column names from a block's first record; raises HeaderError if unusable."""
   if not len(block.starts):
     raise HeaderError("no header")
@@ -138,7 +154,8 @@ def parse_header(block, delimiter=DELIMITER):
   if "\n" in body:  # the first record spans lines: a quote opened in the header never closes
     raise HeaderError("the header spans several lines (an unterminated quote in it?)")
   try:
-    names = next(csv.reader(io.StringIO(text), delimiter=delimiter))
+    names = next(csv.reader(io.StringIO(text), delimiter=dialect.delimiter,
+                            quotechar=dialect.quote))
   except csv.Error as e:
     raise HeaderError(f"the header is not one CSV record ({e})") from None
   empty = [i + 1 for i, n in enumerate(names) if not n.strip()]
@@ -154,7 +171,7 @@ def parse_header(block, delimiter=DELIMITER):
   return names
 
 
-def _quote_errors(arr, starts, ends, sep):
+def _quote_errors(arr, starts, ends, sep, quote):
   """Per record: True if its quoting is malformed.
 
   Records start outside quotes, so a quote's index among all quotes of the buffer says
@@ -163,7 +180,7 @@ def _quote_errors(arr, starts, ends, sep):
   directly precede an opening one.
   """
   bad = np.zeros(len(starts), dtype=bool)
-  quotes = np.flatnonzero(arr == _QUOTE)
+  quotes = np.flatnonzero(arr == quote)
   if not len(quotes) or not len(starts):
     return bad
   rec = np.searchsorted(starts, quotes, side="right") - 1
@@ -185,13 +202,13 @@ def _quote_errors(arr, starts, ends, sep):
   return bad
 
 
-def _bare_cr(arr, starts, ends):
+def _bare_cr(arr, starts, ends, quote):
   """Per record: True if it holds a '\r' outside quotes (CSV readers would end the row there)."""
   bad = np.zeros(len(starts), dtype=bool)
   crs = np.flatnonzero(arr == _CR)
   if not len(crs) or not len(starts):
     return bad
-  quotes = np.flatnonzero(arr == _QUOTE)
+  quotes = np.flatnonzero(arr == quote)
   crs = crs[np.searchsorted(quotes, crs) % 2 == 0]
   rec = np.searchsorted(starts, crs, side="right") - 1
   inside = (rec >= 0) & (crs < ends[np.maximum(rec, 0)])
@@ -199,15 +216,15 @@ def _bare_cr(arr, starts, ends):
   return bad
 
 
-def _field_counts(arr, starts, ends, sep):
+def _field_counts(arr, starts, ends, sep, quote):
   """Fields per record: delimiters outside quotes (an even number of quotes before them) + 1."""
   commas = np.flatnonzero(arr == sep)
-  quotes = np.flatnonzero(arr == _QUOTE)
+  quotes = np.flatnonzero(arr == quote)
   commas = commas[np.searchsorted(quotes, commas) % 2 == 0]
   return np.searchsorted(commas, ends) - np.searchsorted(commas, starts) + 1
 
 
-def parse_block(block, names, file_index, delimiter=DELIMITER):
+def parse_block(block, names, file_index, dialect=DEFAULT):
   """Parses a RecordBlock's records into a RecordBatch of binary columns + provenance columns.
 
   Returns (batch, rejected) where rejected is a list of (line, raw bytes, reason) and batch has
@@ -218,12 +235,12 @@ def parse_block(block, names, file_index, delimiter=DELIMITER):
   reasons = np.full(n, None, dtype=object)
   if block.unterminated:
     reasons[n - 1] = "unterminated quoted field at end of file"
-  sep = ord(delimiter)
-  quote_bad = _quote_errors(arr, starts, ends, sep)
+  sep, quote = ord(dialect.delimiter), ord(dialect.quote)
+  quote_bad = _quote_errors(arr, starts, ends, sep, quote)
   reasons[(reasons == None) & quote_bad] = "malformed quoting"  # noqa: E711
-  reasons[(reasons == None) & _bare_cr(arr, starts, ends)] = \
+  reasons[(reasons == None) & _bare_cr(arr, starts, ends, quote)] = \
       "carriage return outside quotes"  # noqa: E711
-  counts = _field_counts(arr, starts, ends, sep)
+  counts = _field_counts(arr, starts, ends, sep, quote)
   ragged = np.flatnonzero((counts != len(names)) & (reasons == None))  # noqa: E711
   for i in ragged:
     reasons[i] = f"expected {len(names)} fields, found {counts[i]}"
@@ -239,25 +256,25 @@ def parse_block(block, names, file_index, delimiter=DELIMITER):
   good = np.flatnonzero(reasons == None)  # noqa: E711
   try:
     batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index,
-                      contiguous=len(good) == n, delimiter=delimiter)
+                      contiguous=len(good) == n, dialect=dialect)
   except (pa.ArrowInvalid, AssertionError):
     # The vectorised checks missed a record pyarrow cannot read: find it record by record
     # (only in this block) so that it is rejected, never lost, and never crashes the job.
     for i in good:
       try:
         _to_batch(arr, starts[i:i + 1], ends[i:i + 1], block.lines[i:i + 1], names, file_index,
-                  contiguous=True, delimiter=delimiter)
+                  contiguous=True, dialect=dialect)
       except (pa.ArrowInvalid, AssertionError) as e:
         reasons[i] = f"unparseable record ({e})"
     good = np.flatnonzero(reasons == None)  # noqa: E711
     batch = _to_batch(arr, starts[good], ends[good], block.lines[good], names, file_index,
-                      contiguous=len(good) == n, delimiter=delimiter)
+                      contiguous=len(good) == n, dialect=dialect)
   rejected = [(int(block.lines[i]), arr[starts[i]:ends[i]].tobytes(), reasons[i])
               for i in np.flatnonzero(reasons != None)]  # noqa: E711
   return batch, rejected
 
 
-def _to_batch(arr, starts, ends, lines, names, file_index, contiguous, delimiter=DELIMITER):
+def _to_batch(arr, starts, ends, lines, names, file_index, contiguous, dialect=DEFAULT):
   """One pyarrow parse of the given records. __raw__ holds each record followed by its line
   terminator(s) (callers strip them); it is a zero-copy view of the parsed text.
 
@@ -286,8 +303,8 @@ def _to_batch(arr, starts, ends, lines, names, file_index, contiguous, delimiter
         # Parse in 1 MiB pieces on pyarrow's threads; a piece must hold the longest record.
         read_options=pacsv.ReadOptions(column_names=names, use_threads=True,
                                        block_size=max(1 << 20, int((ends - starts).max()) + 2)),
-        parse_options=pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True,
-                                         ignore_empty_lines=True),
+        parse_options=pacsv.ParseOptions(delimiter=dialect.delimiter, quote_char=dialect.quote,
+                                         newlines_in_values=True, ignore_empty_lines=True),
         convert_options=pacsv.ConvertOptions(column_types={c: pa.binary() for c in names},
                                              null_values=[""], strings_can_be_null=True,
                                              quoted_strings_can_be_null=True))

@@ -56,6 +56,12 @@ class SourceOptions:
   payload_names: tuple = ()  # column names of header-less CSV payloads (SageMaker "CSV")
   block_bytes: int = 8 << 20
   delimiter: str = csv_records.DELIMITER  # a CSV file's field delimiter (one character)
+  quote: str = csv_records.QUOTE  # a CSV file's quote character (one character)
+
+  @property
+  def dialect(self):
+    """The CSV dialect (transforms/codec/csv_records.Dialect) of these options."""
+    return csv_records.Dialect(self.delimiter, self.quote)
 
 
 def infer_format(path):
@@ -88,9 +94,9 @@ def _check(opts):
       raise SourceError(f"envelope wants (column name, dotted path) pairs, got {item!r}")
   if opts.block_bytes < 1:
     raise SourceError("block_bytes must be positive")
-  problem = csv_records.delimiter_problem(opts.delimiter)
+  problem = opts.dialect.problem()
   if problem:
-    raise SourceError(problem)
+    raise SourceError(problem[1])
 
 
 def column_names(f, path, opts):
@@ -99,9 +105,9 @@ def column_names(f, path, opts):
   sorted; the CSV header. None when the file holds no record."""
   _check(opts)
   if opts.format == "csv":
-    for block in csv_records.iter_blocks(f, min(opts.block_bytes, 1 << 16)):
+    for block in csv_records.iter_blocks(f, min(opts.block_bytes, 1 << 16), opts.dialect):
       try:
-        return csv_records.parse_header(block, opts.delimiter)
+        return csv_records.parse_header(block, opts.dialect)
       except csv_records.HeaderError as e:
         raise SourceError(f"{path}: {e}") from None
     return None
@@ -116,25 +122,25 @@ def iter_batches(f, path, names, file_index, opts):
   records of this step, accepted or rejected."""
   _check(opts)
   if opts.format == "csv":
-    yield from _csv_batches(f, path, list(names), file_index, opts.block_bytes, opts.delimiter)
+    yield from _csv_batches(f, path, list(names), file_index, opts.block_bytes, opts.dialect)
     return
   yield from importlib.import_module(f"transforms.codec.{_READERS[opts.format]}").iter_batches(
       f, path, list(names), file_index, opts)
 
 
-def _csv_batches(f, path, names, file_index, block_bytes, delimiter):
+def _csv_batches(f, path, names, file_index, block_bytes, dialect):
   """CSV as stages/read_csv.py reads it: binary columns, the header must be `names`."""
-  for block_no, block in enumerate(csv_records.iter_blocks(f, block_bytes)):
+  for block_no, block in enumerate(csv_records.iter_blocks(f, block_bytes, dialect)):
     if block_no == 0:
       try:
-        header = csv_records.parse_header(block, delimiter)
+        header = csv_records.parse_header(block, dialect)
       except csv_records.HeaderError as e:
         raise SourceError(f"{path}: {e}") from None
       if header != names:
         raise SourceError(f"{path}: header {header} differs from {names}")
       block = csv_records.without_first(block)
     if len(block.starts):
-      batch, rejected = csv_records.parse_block(block, names, file_index, delimiter)
+      batch, rejected = csv_records.parse_block(block, names, file_index, dialect)
       yield batch, rejected, len(block.starts)
 
 

@@ -14,24 +14,25 @@ _NAMESPACE = "skewtrace.ingest"
 class _ReadFileFn(beam.DoFn):
   """(file index, path) -> ((file index, block), batch); rejected dicts and read counts tagged."""
 
-  def __init__(self, names, block_bytes, delimiter):
+  def __init__(self, names, block_bytes, dialect):
     self._names = list(names)
-    self._block_bytes, self._delimiter = block_bytes, delimiter
+    self._block_bytes, self._dialect = block_bytes, dialect
     self._read = beam.metrics.Metrics.counter(_NAMESPACE, "rows_read")
     self._rejected = beam.metrics.Metrics.counter(_NAMESPACE, "rows_rejected_reading")
 
   def process(self, element):
     index, path = element
     with FileSystems.open(path) as f:  # compression inferred from the extension (.gz)
-      for block_no, block in enumerate(csv_records.iter_blocks(f, self._block_bytes)):
+      for block_no, block in enumerate(csv_records.iter_blocks(f, self._block_bytes,
+                                                               self._dialect)):
         if block_no == 0:
-          names = csv_records.parse_header(block, self._delimiter)
+          names = csv_records.parse_header(block, self._dialect)
           if names != self._names:
             raise ValueError(f"{path}: header {names} differs from {self._names}")
           block = csv_records.without_first(block)
         if not len(block.starts):
           continue
-        batch, rejected = csv_records.parse_block(block, self._names, index, self._delimiter)
+        batch, rejected = csv_records.parse_block(block, self._names, index, self._dialect)
         self._read.inc(len(block.starts))
         self._rejected.inc(len(rejected))
         yield beam.pvalue.TaggedOutput(READ, len(block.starts))
@@ -49,12 +50,12 @@ class ReadCsv(beam.PTransform):
   dead-letter dicts and READ record counts. A file is read by one worker, in blocks.
   """
 
-  def __init__(self, names, block_bytes=8 << 20, delimiter=csv_records.DELIMITER):
+  def __init__(self, names, block_bytes=8 << 20, dialect=csv_records.DEFAULT):
     super().__init__()
     self._names = names
-    self._block_bytes, self._delimiter = block_bytes, delimiter
+    self._block_bytes, self._dialect = block_bytes, dialect
 
   def expand(self, files):
     return files | "ParseBlocks" >> beam.ParDo(
-        _ReadFileFn(self._names, self._block_bytes, self._delimiter)).with_outputs(
+        _ReadFileFn(self._names, self._block_bytes, self._dialect)).with_outputs(
             REJECTED, READ, main="rows")

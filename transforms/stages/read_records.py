@@ -55,6 +55,6 @@ class ReadRecords(beam.PTransform):
   def expand(self, files):
     if self._options.format == "csv":
       return files | "ReadCsv" >> ReadCsv(self._names, self._options.block_bytes,
-                                          self._options.delimiter)
+                                          self._options.dialect)
     return files | "ReadSource" >> beam.ParDo(
         _ReadSourceFn(self._names, self._options)).with_outputs(REJECTED, READ, main="rows")
