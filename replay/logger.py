@@ -5,10 +5,9 @@ in small batches, with the windowed aggregate values of its online store and, op
 watermark. log() checks a record on the caller's thread and appends it to the open batch; full
 batches go through a bounded queue to one worker thread, which applies the rules of
 pipelines.features (replay.log_rows.LogRows) and the TF Transform graph of a written
-transform_fn, and appends one Parquet part per bucket per write
-(feature_log/bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet, temp name, fsync, rename), then
-rewrites run_metadata.json (runner "ProductionLogger") the same way. close() writes what is left
-and merges each bucket's parts into one. Thread-safe. docs/logger.md.
+transform_fn, and appends one Parquet part per bucket per write (temp name, fsync, rename),
+then rewrites run_metadata.json (runner "ProductionLogger") the same way. close() writes what is
+left and merges each bucket's parts into one. Thread-safe. docs/logger.md.
 
   with ProductionLogger.from_features_dir("out/features", "out/serving_log") as log:
     log.log(record, {"area_trips_in_window": n}, watermark=t)  # aggregates: spec/window.py
@@ -77,9 +76,9 @@ class ProductionLogger:
           profile = profiles.load_profile(f.read())
       except OSError as e:
         raise UsageError(f"profile {profile}: cannot read ({e})") from None
-    self._profile, self._columns = profile, [(n, t) for n, t in columns]
+    self._profile, self._key_columns = profile, list(key_columns)
+    self._columns = [(n, t) for n, t in columns]
     names = [n for n, _ in self._columns]
-    self._key_columns = list(key_columns)
     for name in self._key_columns + [event_time_column]:
       if name not in names:
         raise UsageError(f"column {name!r} is not in the record schema")
@@ -140,9 +139,10 @@ class ProductionLogger:
     except OSError as e:
       raise UsageError(f"{path}: cannot read run metadata ({e})") from None
     key_columns = meta["input"].get("key_columns")
-    if key_columns is None:
-      raise UsageError(f"{path} has no input.key_columns (written by pipelines.features "
-                       "since run_metadata gained it); rerun the features job")
+    older = "input.key_columns" if key_columns is None else "aggregate fns" if any(
+        isinstance(a, str) for a in meta["schema"]["aggregates"]) else None  # names only
+    if older:
+      raise UsageError(f"{path} has no {older} (older run metadata); rerun the features job")
     declared = meta.get(run_metadata.EVENT_TIME)  # recorded by the job; else ask the module
     if declared is not None:
       column, form, zone = declared["column"], declared["format"], declared["zone"]

@@ -161,8 +161,10 @@ def suspected_causes(offline, production):
           for m in (offline, production)]
   for name in sorted(set(cols[0]) | set(cols[1])):
     _diff(out, ("parse",), f"schema.columns.{name}", cols[0].get(name), cols[1].get(name))
-  _diff(out, ("window",), "schema.aggregates", offline["schema"].get("aggregates"),
-        production["schema"].get("aggregates"))
+  aggs = [m["schema"].get("aggregates") or [] for m in (offline, production)]
+  if any(isinstance(a, str) for side in aggs for a in side):  # older metadata: names only
+    aggs = [[a if isinstance(a, str) else a["name"] for a in side] for side in aggs]
+  _diff(out, ("window",), "schema.aggregates", *aggs)
   ea, eb = offline.get("event_time") or {}, production.get("event_time") or {}
   for field in sorted(set(ea) | set(eb)):
     _diff(out, ("window",), f"event_time.{field}", ea.get(field), eb.get(field))

@@ -8,6 +8,7 @@ output folder was not created (or, when the case hands an existing one, is byte-
 no input was changed. (`skewtrace verify` on a dataset whose manifest it cannot read is not
 here: finding damage is verify's exit 1, tested below.)
 """
+import gzip
 import hashlib
 import json
 import os
@@ -61,6 +62,10 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   (d / "bare_cr.csv").write_bytes(taxi.replace(b"\n", b"\r"))
   (d / "open_quote.csv").write_bytes(b'a,"b,c\n1,2,3\n4,5,6\n')
   (d / "dup_header.csv").write_bytes(b"a,a,b\n1,2,3\n")
+  # files in another format under a .csv name: the first error names the format
+  (d / "parquet_named.csv").write_bytes(b"PAR1\x15\x04\x15\x10\x15\x14L\x15\x02\x15\x00\n")
+  (d / "jsonl_named.csv").write_bytes(b'{"a": 1, "b": "x"}\n{"a": 2, "b": "y"}\n')
+  (d / "gzip_named.csv").write_bytes(gzip.compress(taxi[:4096], mtime=0))
   (d / "empty.csv").write_bytes(b"")
   deep = "[" * 5000 + "]" * 5000
   deep_manifest = d / "deep_manifest"
@@ -123,7 +128,8 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
     (modules / f"bad_{name}.py").write_text(text)
   out["modules"] = str(modules)
   out.update({k.replace(".", "_"): str(d / k) for k in (
-      "bare_cr.csv", "open_quote.csv", "dup_header.csv", "empty.csv", "deep_manifest",
+      "bare_cr.csv", "open_quote.csv", "dup_header.csv", "empty.csv", "parquet_named.csv",
+      "jsonl_named.csv", "gzip_named.csv", "deep_manifest",
       "deep_meta", "deep.yaml", "huge_shards.yaml", "huge_size.yaml", "huge_seed.yaml",
       "zero_size.yaml", "text_size.yaml", "history_is_dir.yaml", "history_not_sqlite.yaml",
       "unknown_threshold.yaml")})
@@ -194,6 +200,10 @@ CASES = [
     ("check", ["--config", "{missing_night_yaml}", "--date", "yesterday"], "date"),
     ("ingest", ["--input", "{bare_cr_csv}", "--output_dir", "{out}"], "bare_cr.csv"),
     ("ingest", ["--input", "{open_quote_csv}", "--output_dir", "{out}"], "open_quote.csv"),
+    ("ingest", ["--input", "{parquet_named_csv}", "--output_dir", "{out}"],
+     "looks like a Parquet file"),
+    ("ingest", ["--input", "{jsonl_named_csv}", "--output_dir", "{out}"], "looks like JSON Lines"),
+    ("ingest", ["--input", "{gzip_named_csv}", "--output_dir", "{out}"], "gzip-compressed"),
     ("ingest", ["--input", "{dup_header_csv}", "--output_dir", "{out}"], "dup_header.csv"),
     ("ingest", ["--input", "{empty_csv}", "--output_dir", "{out}"], "empty.csv"),
     ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--key_columns", "no_such"],

@@ -11,13 +11,14 @@ are parsed by pyarrow's CSV reader into binary columns (empty and "" cells are n
 import csv
 import dataclasses
 import io
+import json
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 __all__ = ["RecordBlock", "iter_blocks", "parse_header", "parse_block", "without_first",
-           "HeaderError", "Dialect", "DELIMITER", "QUOTE", "DEFAULT", "other_delimiter"]
+           "HeaderError", "Dialect", "DELIMITER", "QUOTE", "DEFAULT", "other_delimiter", "other_format"]
 
 BOM = b"\xef\xbb\xbf"
 _NL, _CR = ord("\n"), ord("\r")
@@ -139,15 +140,42 @@ def without_first(block):
                              lines=block.lines[1:])
 
 
+# Files that are not CSV text, by their first bytes: (magic, what it is, what to pass).
+_BINARY_FORMATS = ((b"PAR1", "a Parquet file", "--input_format parquet"),
+                   (b"\x1f\x8b", "gzip-compressed", "a name ending in .gz"))
+
+
+def other_format(raw):
+  """' (it looks like X: pass Y)' when a file's first record `raw` says the file is Parquet,
+  gzip or JSON rather than CSV text, else ''."""
+  for magic, what, hint in _BINARY_FORMATS:
+    if raw.startswith(magic):
+      return f" (it looks like {what}: pass {hint})"
+  if raw.lstrip()[:1] in (b"{", b"["):
+    try:
+      json.loads(raw)
+      return " (it looks like JSON Lines: pass --input_format jsonl)"
+    except ValueError:
+      pass
+  return ""
+
+
 def parse_header(block, dialect=DEFAULT):
-  """Column names from a block's first record; raises HeaderError if unusable."""
+  """Column names from a block's first record; raises HeaderError if unusable (saying which
+  format the file looks like when it is not CSV text)."""
   if not len(block.starts):
     raise HeaderError("no header")
   raw = block.buf[block.starts[0]:block.ends[0]].tobytes()
+  hint = other_format(raw)
   try:
     text = raw.decode("utf-8")
   except UnicodeDecodeError as e:
-    raise HeaderError(f"header is not UTF-8 ({e.reason} at byte {e.start})") from None
+    raise HeaderError(f"header is not UTF-8 ({e.reason} at byte {e.start})"
+                      f"{hint or ': not CSV text?'}") from None
+  control = sorted({c for c in text if ord(c) < 32 and c not in "\t\r\n"})
+  if hint or control:
+    raise HeaderError("the header is not CSV text" + (
+        hint or f" (it holds the control character {control[0]!r})"))
   body = text[:-2] if text.endswith("\r\n") else text.rstrip("\n")
   if "\r" in body:
     raise HeaderError("the header holds a bare CR (\\r): line ends must be LF or CRLF")
