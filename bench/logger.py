@@ -21,7 +21,10 @@ taxi sample into a temp folder (not timed). In one process, one after the other:
       batch and merges the parts); records/s over the whole, each log() call's latency
       (p50, p99, max) and close()'s time. The transform runs on the logger's worker thread;
   (1i) the same with log_inputs=True (each record column's canonical text logged too), against
-      (1): what logging the input for the diff's evidence costs.
+      (1): what logging the input for the diff's evidence costs;
+  (1t) log_table(), the columnar entry: the same records as Arrow tables of --batch_size
+      records (pyarrow's from_pylist of them, built beforehand, not timed) and their counts,
+      then close(); records/s and each call's latency, against (0) and (1).
 Both warm up first (a throwaway logger logs one batch; the layer is called once). Prints the
 ratios against the targets: (1)/(0) records/s >= 0.75, p99 log() < 100 us; and (1)/(0f).
 """
@@ -95,12 +98,12 @@ def _bare_transform(offline, records, aggs, batch_size, transform_batch_size):
   with open(os.path.join(offline, "run_metadata.json"), encoding="utf-8") as f:
     meta = json.load(f)
   columns = [(c["name"], c["type"]) for c in meta["schema"]["columns"]]
-  names = [n for n, _ in columns] + list(meta["schema"]["aggregates"])
+  aggregates = [a["name"] for a in meta["schema"]["aggregates"]]
+  names = [n for n, _ in columns] + aggregates
   n = len(records)
   arrays = [cells.type_cells(cells.arrow_cells([r.get(c) for r in records], True), n, t)[0]
             for c, t in columns]
-  arrays += [pa.array([a[name] for a in aggs], pa.int64())
-             for name in meta["schema"]["aggregates"]]
+  arrays += [pa.array([a[name] for a in aggs], pa.int64()) for name in aggregates]
   batch = to_tft_batch(pa.record_batch(arrays, names=names), names)
   calls = []
   for lo in range(0, n, transform_batch_size):
@@ -163,6 +166,29 @@ def _logger(offline, log_dir, records, aggs, options):
   return len(records) / (end - start), latencies, end - closing, logger.stats()
 
 
+def _logger_table(offline, log_dir, records, aggs, options):
+  """(records/s, per-call latencies in ns, close() seconds) of log_table() given the same
+  records as Arrow tables of batch_size records (built beforehand, not timed)."""
+  import pyarrow as pa
+  from replay.logger import ProductionLogger
+  size = options["batch_size"]
+  tables = [(pa.Table.from_pylist(records[lo:lo + size]),
+             {name: pa.array([a[name] for a in aggs[lo:lo + size]]) for name in aggs[0]})
+            for lo in range(0, len(records), size)]
+  logger = ProductionLogger.from_features_dir(offline, log_dir, **options)
+  latencies = np.empty(len(tables), dtype=np.int64)
+  clock = time.perf_counter_ns
+  start = time.perf_counter()
+  for i, (table, columns) in enumerate(tables):
+    t = clock()
+    logger.log_table(table, columns)
+    latencies[i] = clock() - t
+  closing = time.perf_counter()
+  logger.close()
+  end = time.perf_counter()
+  return len(records) / (end - start), latencies, end - closing
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--records", type=int, default=200_000)
@@ -187,6 +213,8 @@ def main(argv=None):
     parts = len(os.listdir(os.path.join(work, "log", "feature_log")))
     with_inputs, _, _, _ = _logger(offline, os.path.join(work, "log_inputs"), records, aggs,
                                    dict(options, log_inputs=True))
+    columnar, table_latencies, table_close = _logger_table(
+        offline, os.path.join(work, "log_table"), records, aggs, options)
   finally:
     shutil.rmtree(work, ignore_errors=True)
   p50, p99 = np.percentile(latencies, [50, 99]) / 1000
@@ -206,6 +234,11 @@ def main(argv=None):
         f"{'met' if rate / bare >= 0.75 else 'not met'})")
   print(f"(1i) with log_inputs:   {with_inputs:10,.0f} records/s, (1i)/(1) "
         f"{with_inputs / rate:.2f}")
+  t50, t99 = np.percentile(table_latencies, [50, 99]) / 1000
+  print(f"(1t) log_table():       {columnar:10,.0f} records/s (close() {table_close:.2f} s), "
+        f"a call of {args.batch_size} records p50 {t50:.0f} us, p99 {t99:.0f} us")
+  print(f"(1t)/(0) records/s:     {columnar / bare:.2f}  (target >= 0.75: "
+        f"{'met' if columnar / bare >= 0.75 else 'not met'}); (1t)/(1) {columnar / rate:.2f}")
   print(f"(0t)/(0) records/s:     {finalized / bare:.2f}")
   print(f"(1)/(0f) records/s:     {rate / fed:.2f}")
   print(f"p99 log() / 100 us:     {p99 / 100:.2f}  (target < 1: "

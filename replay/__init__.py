@@ -12,10 +12,11 @@ Modules (imported on use, so `import replay` costs nothing and never loads Tenso
   analyzers the analyze stage compared numerically under float noise
   evidence  the input columns of sampled records, from each side's dataset
   verify_log  a feature log's every row re-read and re-fingerprinted against its metadata
-  logger    the production-side feature logger;  log_rows  its per-record stage rules;
-            log_files  its part and staging primitives
+  logger    the production-side feature logger;  log_rows  its stage rules;  log_accept
+            what it accepts;  log_files  its part and staging primitives;  logger_config  its
+            configuration from an offline run's metadata
   check     the nightly skew check;  cli  the skewtrace console script
 """
 __all__ = ["analyzers", "api", "charts", "check", "cli", "compare", "diff", "drift", "evidence",
-           "kernels", "log_files", "log_rows", "logger", "metadata", "model", "render", "rerun",
-           "tolerance", "verify_log"]
+           "kernels", "log_accept", "log_files", "log_rows", "logger", "logger_config",
+           "metadata", "model", "render", "rerun", "tolerance", "verify_log"]

@@ -1,24 +1,25 @@
 """LogRows: the production logger's stage rules: accepted records in, feature-log rows out.
 
 replay.logger.ProductionLogger owns the threads, part files and run metadata; this class owns
-what a record must be to be accepted (accept: its columns, value types and aggregates, checked
-on the caller's thread) and what turns one batch of accepted records (record, aggregates,
-served values, watermark) into log rows (rows: an Arrow table). The raw / parse / key / window /
-sampling / shard / serialize / transform / serve stages each apply the rule objects and functions of
-transforms/spec (and the TFT feed of transforms/graph) that pipelines.features applies, to
-Arrow columns: the cells' values are typed by spec/typing.py (values.canonical_text and
-schema.type_column, the rule of TypeRows), the fingerprints are the vectorised coding
-(fingerprint_batch), as the job's. Kept apart so the stage rules read as one unit and the state
-they carry across batches is explicit: the content-key ordinals, the input's content digest, the
-sampled-out count and the drop counts per reason (the logger restores all but the sampled-out
-count on resume). Not thread-safe: the logger's one worker thread calls rows(). docs/logger.md.
+what a record must be to be accepted (accept, accept_table: its columns, value types and
+aggregates, checked on the caller's thread; replay/log_accept.py) and what turns one batch of
+accepted records (records and their aggregates, served values and watermark) into log rows
+(rows: an Arrow table). The raw / parse / key / window / sampling / shard / serialize /
+transform / serve stages each apply the rule objects and functions of transforms/spec (and the
+TFT feed of transforms/graph) that pipelines.features applies, to Arrow columns: the cells'
+values are typed by spec/typing.py (values.canonical_text and schema.type_column, the rule of
+TypeRows), the fingerprints are the vectorised coding (fingerprint_batch), as the job's. Kept
+apart so the stage rules read as one unit and the state they carry across batches is explicit:
+the content-key ordinals, the input's content digest, the sampled-out count and the drop counts
+per reason (the logger restores all but the sampled-out count on resume). Not thread-safe: the
+logger's one worker thread calls rows(). docs/logger.md.
 """
-import datetime
 import operator
 
 import numpy as np
 import pyarrow as pa
 
+from replay.log_accept import AcceptRecords, Columns, RecordError, watermark_seconds
 from transforms.graph.feed import transform_values
 from transforms.spec import event_time, fingerprint
 from transforms.spec import feature_log as log
@@ -33,7 +34,8 @@ from transforms.spec.stages import (KEY, PARSE, RAW, SERIALIZE, SERVE, SHARD, SH
                                     WINDOW, WINDOW_END, WINDOW_START, DROP_REASON, value_columns)
 from transforms.spec.window import assign_windows, output_type
 
-__all__ = ["LogRows", "RecordError", "pii_hash", "watermark_seconds"]
+# Columns, RecordError and watermark_seconds are replay.log_accept's, named here for callers.
+__all__ = ["LogRows", "Columns", "RecordError", "pii_hash", "watermark_seconds"]
 
 _ROW = "__row__"
 _WINDOW_CODES = {WINDOW.reason(code): code for code, _ in WINDOW.reasons}
@@ -48,24 +50,7 @@ def _as_text(canonical):
                    for v in canonical.to_pylist()], pa.string())
 
 
-class RecordError(UsageError, ValueError):
-  """A record, or its aggregates, that the logger does not accept (a one-line message). A
-  UsageError (exit code 2) and a ValueError."""
-
-
-def watermark_seconds(watermark):
-  """The watermark as Unix seconds: an integer, or an aware datetime (floored); None stays."""
-  if watermark is None:
-    return None
-  if isinstance(watermark, datetime.datetime) and watermark.utcoffset() is not None:
-    return int(watermark.timestamp() // 1)
-  if isinstance(watermark, (bool, np.bool_)) or not isinstance(watermark, (int, np.integer)):
-    raise UsageError(f"watermark must be Unix seconds (an integer) or a datetime with a zone, "
-                     f"got {watermark!r}")
-  return int(watermark)
-
-
-class LogRows:
+class LogRows(AcceptRecords):
   """The stage rules of one logger (see the module docstring).
 
   columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event: the feature
@@ -131,69 +116,6 @@ class LogRows:
     self.ordinals, self.content, self.sampled_out = {}, fingerprint.empty_digest(), 0
     self.dropped = {}
 
-  # ------------------------------------------------------------------ on the caller's thread
-  def accept(self, record, aggregates, served=None):
-    """(a copy of the record, its aggregate values in declaration order, its served values in
-    the order of the served features (None: not logged)); RecordError when a column is not in
-    the schema, a value is not a scalar, the aggregates are not exactly the module's (each an
-    integer) or a served value names another feature or is not of its feature's kind."""
-    if not isinstance(record, dict):
-      raise RecordError(f"a record is a dict column -> value, got {type(record).__name__}")
-    unknown = record.keys() - self._name_set
-    if unknown:
-      raise RecordError(f"unknown column(s) {', '.join(map(repr, sorted(unknown)))}: not in "
-                        "the record schema of the offline run")
-    for typ in set(map(type, record.values())):
-      try:
-        cells.kind_of(typ)
-      except cells.ScalarTypeError as e:
-        name = next(n for n, v in record.items() if type(v) is typ)
-        raise RecordError(f"column {name!r}: {e}") from None
-    return dict(record), self._accept_aggregates(aggregates), self._accept_served(served)
-
-  def _accept_served(self, served):
-    if not served:
-      return (None,) * len(self._served)
-    if not isinstance(served, dict) or served.keys() - set(self._served):
-      what = sorted(served.keys() - set(self._served)) if isinstance(served, dict) else served
-      raise RecordError(f"served: {what!r} not among the served features "
-                        f"({', '.join(self._served) or 'none declared'})")
-    for f, v in served.items():
-      binary = pa.types.is_large_binary(self._feature_types[f])
-      kind = (str, bytes) if binary else (int, float, np.integer, np.floating)
-      if v is not None and (not isinstance(v, kind) or isinstance(v, (bool, np.bool_))):
-        raise RecordError(f"served {f!r}: {'text' if binary else 'a number'} expected, "
-                          f"got {v!r}")
-    return tuple(served.get(f) for f in self._served)
-
-  def _accept_aggregates(self, aggregates):
-    if not self._aggregates:
-      if aggregates:
-        raise RecordError(f"aggregate(s) {', '.join(map(repr, sorted(aggregates)))}: the "
-                          "feature module declares no windowed aggregate")
-      return ()
-    if not isinstance(aggregates, dict):
-      raise RecordError(f"aggregates {', '.join(map(repr, self._aggregates))} expected (one "
-                        f"{{name: value}} per record), got {type(aggregates).__name__}")
-    if aggregates.keys() != self._aggregate_set:
-      unknown = sorted(aggregates.keys() - self._aggregate_set)
-      missing = [n for n in self._aggregates if n not in aggregates]
-      what = ([f"{', '.join(map(repr, unknown))} not declared by the feature module"]
-              if unknown else []) + ([f"{', '.join(map(repr, missing))} missing"]
-                                     if missing else [])
-      raise RecordError(f"aggregates: {'; '.join(what)} (declared: "
-                        f"{', '.join(map(repr, self._aggregates))})")
-    out = []
-    for name in self._aggregates:  # counts: an integer; sum, mean, min, max: a number or None
-      v, count = aggregates[name], self._aggregate_types[name] == pa.int64()
-      kinds = (int, np.integer) if count else (int, float, np.integer, np.floating)
-      if type(v) is not int and (isinstance(v, (bool, np.bool_)) or not isinstance(v, kinds)):
-        if count or v is not None:
-          what = "an integer" if count else "a number or None"
-          raise RecordError(f"aggregate {name!r} must be {what}, got {v!r}")
-      out.append(v if v is None else int(v) if count else float(v))
-    return tuple(out)
-
   # ------------------------------------------------------------------ on the worker thread
   def continue_ordinals(self, fp_raw, fp_parse):
     """Counts already-logged records (their fp_raw / fp_parse) into the content-key ordinals,
@@ -204,9 +126,18 @@ class LogRows:
 
   def rows(self, items):
     """The log rows (an Arrow table of the log schema, arrival order; sampled-out records left
-    out) of a batch of accepted records (record, aggregates, served, watermark)."""
-    n = len(items)
-    fp_raw, typed, bad, canonical = self._parse([it[0] for it in items])
+    out) of a batch of accepted records: a list of (record, aggregates, served, watermark), or
+    one Columns."""
+    if isinstance(items, Columns):
+      records, n = items.table, items.table.num_rows
+      aggregates, served, marks = items.aggregates, items.served, [items.watermark] * n
+    else:
+      records, n, marks = [it[0] for it in items], len(items), [it[3] for it in items]
+      aggregates = tuple(pa.array([it[1][j] for it in items], self._aggregate_types[name])
+                         for j, name in enumerate(self._aggregates))
+      served = tuple(log.cast_served(pa.array([it[2][j] for it in items]),
+                                     self._feature_types[f]) for j, f in enumerate(self._served))
+    fp_raw, typed, bad, canonical = self._parse(records)
     ok = np.ones(n, dtype=bool)
     ok[list(bad)] = False
     fp_parse = fingerprint.fingerprint_batch(typed, PARSE.fingerprint_fields(columns=self._names))
@@ -216,7 +147,7 @@ class LogRows:
     keys = self._keys(typed, ok, fp_parse, fp_raw)
     seconds, has, _ = event_time.to_seconds(typed.column(self._event), self._event_format,
                                             self._event_zone)
-    start, end, windowed, late = self._window(typed, ok, [it[3] for it in items])
+    start, end, windowed, late = self._window(typed, ok, marks)
     stage, reason = [None] * n, [None] * n
     for i, why in bad.items():
       stage[i], reason[i] = PARSE.name, "; ".join(text for _, text in why)
@@ -237,7 +168,7 @@ class LogRows:
             log.DROP_REASON: pa.array([reason[i] for i in out], pa.string()),
             log.fp_column(RAW.name): pa.array(fp_raw[out]),
             log.fp_column(PARSE.name): pa.array(fp_parse[out], mask=~ok[out])}
-    cols.update(self._live_columns(items, typed, keys, live, start, end, out))
+    cols.update(self._live_columns(aggregates, served, typed, keys, live, start, end, out))
     for name, column in zip(self._names, canonical.columns) if self._inputs else ():
       cols[log.input_column(name)] = _as_text(column).take(pa.array(out))
     for name in self._hashed:
@@ -249,10 +180,10 @@ class LogRows:
     by_code = self.dropped.setdefault(stage, {})
     by_code[code] = by_code.get(code, 0) + 1
 
-  def _live_columns(self, items, typed, keys, live, start, end, out):
+  def _live_columns(self, aggregates, served, typed, keys, live, start, end, out):
     """The window, shard, serialize and transform columns of the `out` rows (null but for the
-    `live` ones, which reach TFT)."""
-    position = np.full(len(items), -1, dtype=np.int64)
+    `live` ones, which reach TFT); aggregates, served: the batch's arrays (rows())."""
+    position = np.full(typed.num_rows, -1, dtype=np.int64)
     position[live] = np.arange(len(live))
     source = position[out]
     absent = source < 0
@@ -263,8 +194,7 @@ class LogRows:
           log.KEY, log.EVENT_TIME, log.DROPPED_STAGE, log.DROP_REASON,
           log.fp_column(RAW.name), log.fp_column(PARSE.name))}
     rows = pa.array(live)
-    aggregates = {name: pa.array([items[i][1][j] for i in live], self._aggregate_types[name])
-                  for j, name in enumerate(self._aggregates)}
+    aggregates = {name: aggregates[j].take(rows) for j, name in enumerate(self._aggregates)}
     values = pa.Table.from_batches([typed]).take(rows)
     for name, column in aggregates.items():
       values = values.append_column(name, column)
@@ -295,8 +225,7 @@ class LogRows:
         # the value TFT gets, after the serialize round trip, as the job logs it
         **{log.aggregate_column(name): decoded.column(name) for name in aggregates}}
     if self._served:  # what the model got: the served value where serving logged one
-      served = {f: log.cast_served(pa.array([items[i][2][j] for i in live]),
-                                   self._feature_types[f]) for j, f in enumerate(self._served)}
+      served = {f: served[j].take(rows) for j, f in enumerate(self._served)}
       live_cols[log.fp_column(SERVE.name)] = fingerprint.fingerprint_fields(
           log.model_inputs(features, served), SERVE.fingerprint_fields(
               features=self._features))[0]
@@ -309,21 +238,29 @@ class LogRows:
 
   # ------------------------------------------------------------------ the stages
   def _parse(self, records):
-    """raw + parse: (raw fingerprints, typed batch (bad cells null), {row: [(reason code,
-    reason)]} of the records that do not parse, the cells' canonical text)."""
-    n = len(records)
+    """raw + parse of a list of records or a table (accept_table's): (raw fingerprints, typed
+    batch (bad cells null), {row: [(reason code, reason)]} of the records that do not parse,
+    the cells' canonical text)."""
     bad = {}
-    # Records to columns: one C-level call per record (a dict.get per cell is a tenth of it). A
-    # column a record lacks is null, as the source readers of ingest read a missing JSON key
-    # and csv.DictReader a short row.
-    row = operator.itemgetter(*self._names) if len(self._names) > 1 else \
-        (lambda r, name=self._names[0]: (r[name],))
-    whole = dict.fromkeys(self._names)
-    columns = list(zip(*[row(r) if len(r) == len(whole) else row({**whole, **r})
-                         for r in records]))
+    if isinstance(records, pa.Table):  # Arrow columns: each is one group of cells
+      n = records.num_rows
+      columns = [records.column(c).combine_chunks() if c in records.column_names else
+                 pa.nulls(n, pa.string()) for c in self._names]
+      cells_of = lambda column: cells.column_cells(column, self._empty_is_null)  # noqa: E731
+    else:
+      # Records to columns: one C-level call per record (a dict.get per cell is a tenth of
+      # it). A column a record lacks is null, as the source readers of ingest read a missing
+      # JSON key and csv.DictReader a short row.
+      n = len(records)
+      row = operator.itemgetter(*self._names) if len(self._names) > 1 else \
+          (lambda r, name=self._names[0]: (r[name],))
+      whole = dict.fromkeys(self._names)
+      columns = list(zip(*[row(r) if len(r) == len(whole) else row({**whole, **r})
+                           for r in records])) or [()] * len(self._names)
+      cells_of = lambda column: cells.arrow_cells(column, self._empty_is_null)  # noqa: E731
     canonical, typed = [], []
     for (name, typ), column in zip(self._columns, columns):
-      groups = cells.arrow_cells(column, empty_is_null=self._empty_is_null)
+      groups = cells_of(column)
       canonical.append(cells.canonical_cells(groups, n))
       arr, wrong, not_utf8 = cells.type_cells(groups, n, typ)
       for i in not_utf8:
@@ -377,7 +314,9 @@ class LogRows:
     n = typed.num_rows
     start, end = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     groups = {}
-    for i in np.flatnonzero(ok):
+    if len(set(watermarks)) == 1:  # one watermark (a Columns batch): one group, no loop
+      groups[watermarks[0]] = np.flatnonzero(ok)
+    for i in np.flatnonzero(ok) if not groups else ():
       groups.setdefault(watermarks[i], []).append(int(i))
     kept, dropped = [], {}
     for mark, rows in groups.items():

@@ -23,9 +23,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replay import log_files
-from replay.log_rows import LogRows, RecordError, pii_hash, watermark_seconds
+from replay.log_rows import Columns, LogRows, RecordError, pii_hash, watermark_seconds
+from replay.logger_config import features_config
 from transforms.graph import analyze, feed
-from transforms.spec import event_time, feature_log, fingerprint, modules, pii, run_metadata
+from transforms.spec import event_time, feature_log, fingerprint, pii, run_metadata
 from transforms.spec import schema, window
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
@@ -132,39 +133,12 @@ class ProductionLogger:
     profile (unless given), schema, aggregates, key columns, log buckets and event-time
     declaration as the run recorded it (older metadata: from the module it names, imported only
     with import_module=True, the caller's choice, never because a received file names it)."""
-    path = os.path.join(features_dir, run_metadata.FILE)
-    try:
-      with open(path, "rb") as f:
-        meta = run_metadata.load(f.read(), path)
-    except OSError as e:
-      raise UsageError(f"{path}: cannot read run metadata ({e})") from None
-    key_columns = meta["input"].get("key_columns")
-    older = "input.key_columns" if key_columns is None else "aggregate fns" if any(
-        isinstance(a, str) for a in meta["schema"]["aggregates"]) else None  # names only
-    if older:
-      raise UsageError(f"{path} has no {older} (older run metadata); rerun the features job")
-    declared = meta.get(run_metadata.EVENT_TIME)  # recorded by the job; else ask the module
-    if declared is not None:
-      column, form, zone = declared["column"], declared["format"], declared["zone"]
-    elif not import_module:
-      raise UsageError(f"{path} records no event_time declaration (written before that section);"
-                       f" rerun the features job, or pass import_module=True to import its "
-                       f"module {meta['transform_module']!r}")
-    else:
-      try:
-        module = modules.import_feature_module(meta["transform_module"])
-      except Exception as e:  # noqa: BLE001 -- the module's own code: any failure is one line
-        raise UsageError(f"transform module {meta['transform_module']}: "
-                         f"{type(e).__name__}: {e}".splitlines()[0]) from None
-      column, form, zone = event_time.declaration(module)
-    for name, value in (("num_buckets", meta["log"]["num_buckets"]),
-                        ("event_time_format", form), ("event_time_zone", zone)):
-      options.setdefault(name, value)
-    return cls(os.path.join(features_dir, feature_log.TRANSFORM_FN_DIR),
-               profile if profile is not None else profiles.parse_profile(meta["profile"]),
-               log_dir, [(c["name"], c["type"]) for c in meta["schema"]["columns"]],
-               key_columns, column, meta["schema"]["aggregates"],
-               transform_module=meta["transform_module"], **options)
+    config = features_config(features_dir, import_module)
+    if profile is not None:
+      config["profile"] = profile
+    for name in ("num_buckets", "event_time_format", "event_time_zone", "transform_module"):
+      options.setdefault(name, config.pop(name))
+    return cls(log_dir=log_dir, **config, **options)
 
   # ------------------------------------------------------------------ public surface
   def log(self, record, aggregates=None, watermark=None, served=None):
@@ -186,6 +160,15 @@ class ProductionLogger:
     mark = watermark_seconds(watermark)
     self._submit([(*self._rules.accept(r, a, s), mark)
                   for r, a, s in zip(records, per["aggregates"], per["served"])])
+
+  def log_table(self, table, aggregates=None, watermark=None, served=None):
+    """Accepts a batch of records as Arrow columns, the columnar log(): a pyarrow Table or
+    RecordBatch of record columns (any scalar Arrow types, under the same canonical rules; a
+    column it lacks is null); aggregates and served: {name: one value per record, an Arrow
+    array or a sequence}; watermark: for every record of the batch. RecordError (a UsageError
+    and a ValueError) when it refuses them. Written as one batch, after the open one."""
+    self._submit(self._rules.accept_table(table, aggregates, served,
+                                          watermark_seconds(watermark)))
 
   def drain(self):
     """Returns once every full batch handed to the worker so far is written (not the open one)."""
@@ -238,10 +221,16 @@ class ProductionLogger:
 
   # ------------------------------------------------------------------ threads
   def _submit(self, items):
+    """Appends records (a list) to the open batch, or queues a Columns batch after it."""
     self._raise_failure()
     with self._lock:
       if self._closed:
         raise UsageError("the logger is closed")
+      if isinstance(items, Columns):  # arrival order: the open batch goes first
+        self._hand_over(len(self._buffer))
+        self._counts["accepted"] += items.table.num_rows
+        self._queue.put(items)
+        return
       self._buffer.extend(items)
       self._counts["accepted"] += len(items)
       while len(self._buffer) >= self._batch_size:
@@ -271,8 +260,8 @@ class ProductionLogger:
         task.set()
         task = None
         continue
-      items, task = list(task), None
-      for _ in range(self._queue.maxsize - 1):
+      items, task = (task if isinstance(task, Columns) else list(task)), None
+      for _ in range(self._queue.maxsize - 1) if isinstance(items, list) else ():
         try:
           task = self._queue.get_nowait()
         except queue.Empty:
