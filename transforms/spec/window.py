@@ -258,27 +258,27 @@ def result(state, agg):
   if not state.num_rows:
     return NO_STATE
   keys, fn = _keys(agg), agg["fn"]
-  state = merge_states([state], agg, ordered=True)
   if fn in ("count", "min", "max"):
+    state = merge_states([state], agg, ordered=True)
     return state.rename_columns([{"n": "out", "v": "out"}.get(n, n) for n in state.column_names])
   if fn == "count_distinct":
     counted = state.group_by(keys).aggregate([("v", "count")])
     counted = counted.take(pc.sort_indices(counted, [(c, "ascending") for c in keys]))
     return counted.rename_columns({"v_count": "out"}).select(keys + ["out"])
-  # sum, mean: the sorted values summed group by group, in that (ascending) order
-  change = np.zeros(state.num_rows, dtype=bool)
-  change[0] = True
-  for key in keys:
-    column = state.column(key).combine_chunks()
-    change[1:] |= pc.not_equal(column.slice(1), column.slice(0, len(column) - 1)).to_numpy(
-        zero_copy_only=False)
-  starts = np.flatnonzero(change)
-  values = state.column("v").to_numpy()
-  total = np.add.reduceat(values, starts)
+  # sum, mean: each group's values (Arrow's hash_list), sorted within the group by one numpy
+  # lexsort over (group, value), then summed group by group in that ascending order; the
+  # groups themselves are ordered by key afterwards (a table of one row per group).
+  grouped = state.group_by(keys).aggregate([("v", "list")])
+  lists = grouped.column("v_list").combine_chunks()
+  values = lists.flatten().to_numpy()
+  order = np.lexsort((values, pc.list_parent_indices(lists).to_numpy()))
+  offsets = lists.offsets.to_numpy()
+  starts = offsets[:-1] - offsets[0]
+  total = np.add.reduceat(values[order], starts)
   if fn == "mean":
-    total = total / np.diff(np.append(starts, len(values)))
-  out = state.select(keys).take(pa.array(starts))
-  return out.append_column("out", pa.array(total, pa.float64()))
+    total = total / pc.list_value_length(lists).to_numpy()
+  out = grouped.select(keys).append_column("out", pa.array(total, pa.float64()))
+  return out.take(pc.sort_indices(out, [(c, "ascending") for c in keys]))
 
 
 def join_aggregate(batch, agg, values):
@@ -298,8 +298,9 @@ def join_aggregate(batch, agg, values):
   # on the right input, so it is the batch's rows (not the whole values table, every batch).
   joined = values.rename_columns([{"out": "__out__"}.get(n, n) for n in values.column_names]) \
       .join(pa.table(cols), keys, join_type="right outer")
-  joined = joined.take(pc.sort_indices(joined, [("__row__", "ascending")]))
-  out = joined.column("__out__").combine_chunks().cast(typ)
+  position = np.empty(batch.num_rows, dtype=np.int64)  # joined row of each batch row
+  position[joined.column("__row__").to_numpy()] = np.arange(batch.num_rows)
+  out = joined.column("__out__").combine_chunks().take(pa.array(position)).cast(typ)
   return batch.append_column(name, out.fill_null(0) if typ == pa.int64() else out)
 
 
