@@ -19,11 +19,28 @@ __all__ = ["AcceptRecords", "Columns", "RecordError", "watermark_seconds"]
 class Columns:
   """A batch of records as Arrow columns, accepted (LogRows.accept_table): the record columns
   (a pa.Table), each aggregate's and served feature's values (arrays in declaration order;
-  served None: not logged) and the batch's watermark."""
+  served values null where not logged) and each record's watermark (a list)."""
   table: pa.Table
   aggregates: tuple
   served: tuple
-  watermark: object
+  watermarks: list
+
+  def joins(self, other):
+    """Whether `other` can be written in one batch with this one (same column types)."""
+    return isinstance(other, Columns) and other.table.schema == self.table.schema
+
+  @staticmethod
+  def joined(batches):
+    """One Columns of several that join, in order (fewer, larger writes)."""
+    first = batches[0]
+    if len(batches) == 1:
+      return first
+    return Columns(pa.concat_tables([b.table for b in batches]),
+                   tuple(pa.concat_arrays([b.aggregates[j] for b in batches])
+                         for j in range(len(first.aggregates))),
+                   tuple(pa.concat_arrays([b.served[j] for b in batches])
+                         for j in range(len(first.served))),
+                   [w for b in batches for w in b.watermarks])
 
 
 class RecordError(UsageError, ValueError):
@@ -159,7 +176,7 @@ class AcceptRecords:
         raise RecordError(f"served {f!r}: {'text' if pa.types.is_large_binary(typ) else 'numbers'}"
                           f" expected, got {arr.type}")
       out.append(log.cast_served(arr, typ))
-    return Columns(table, tuple(arrays), tuple(out), watermark)
+    return Columns(table, tuple(arrays), tuple(out), [watermark] * n)
 
 
 def _column(values, n, what):

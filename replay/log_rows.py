@@ -130,7 +130,7 @@ class LogRows(AcceptRecords):
     one Columns."""
     if isinstance(items, Columns):
       records, n = items.table, items.table.num_rows
-      aggregates, served, marks = items.aggregates, items.served, [items.watermark] * n
+      aggregates, served, marks = items.aggregates, items.served, items.watermarks
     else:
       records, n, marks = [it[0] for it in items], len(items), [it[3] for it in items]
       aggregates = tuple(pa.array([it[1][j] for it in items], self._aggregate_types[name])

@@ -260,17 +260,19 @@ class ProductionLogger:
         task.set()
         task = None
         continue
-      items, task = (task if isinstance(task, Columns) else list(task)), None
-      for _ in range(self._queue.maxsize - 1) if isinstance(items, list) else ():
+      items, task = [task] if isinstance(task, Columns) else list(task), None
+      columns = isinstance(items[0], Columns)  # Columns join Columns, records join records
+      for _ in range(self._queue.maxsize - 1):
         try:
           task = self._queue.get_nowait()
         except queue.Empty:
           task = None
           break
-        if not isinstance(task, list):
+        if not (items[0].joins(task) if columns else isinstance(task, list)):
           break
-        items += task
+        items += [task] if columns else task
         task = None
+      items = Columns.joined(items) if columns else items
       if self._error is None:  # after a failure, later batches are not written
         try:
           self._write_batch(items)
