@@ -195,6 +195,26 @@ def _duplicates(shards, content_key):
           "conflicting_samples": samples}
 
 
+def _quote_hint(out, options):
+  """' (...: pass --quote_char X)' when the first rejected rows seem quoted with another
+  character (csv_records.other_quote); else ''."""
+  if options.get("input_format", "csv") != "csv":
+    return ""
+  raws = []
+  with FileSystems.open(_join(out, REJECTED_PATH), compression_type="uncompressed") as f:
+    for line in f.read(1 << 20).decode("utf-8", "replace").splitlines()[:50]:
+      try:
+        row = json.loads(line)
+      except ValueError:
+        break  # a line cut at the 1 MiB read
+      raws.append(str(row.get("raw", "")))
+  dialect = csv_records.Dialect(options.get("delimiter", csv_records.DELIMITER),
+                                options.get("quote_char", csv_records.QUOTE))
+  quote = csv_records.other_quote(raws, dialect)
+  return f" (the rejected rows seem to quote fields with {quote}: pass --quote_char {quote!r})" \
+      if quote else ""
+
+
 def publish(plan, versions):
   """Moves the run's files from its temp folder into place; writes the manifest last."""
   out, temp, options = plan.output_dir, plan.temp_dir, plan.recorded
@@ -212,7 +232,8 @@ def publish(plan, versions):
   if fraction > options["max_rejected_fraction"]:
     raise DataError(f"{rejected} of {read} rows rejected ({fraction:.2%}), more than "
                     f"--max_rejected_fraction {options['max_rejected_fraction']}; reasons in "
-                    f"{_join(out, REJECTED_PATH)}; no dataset was written")
+                    f"{_join(out, REJECTED_PATH)}{_quote_hint(out, options)}; no dataset was "
+                    "written")
   for fmt in FORMATS:
     move_tree(_join(temp, fmt), _join(out, fmt))
   columns = [tuple(c) for c in results["columns"]]

@@ -8,6 +8,7 @@ import concurrent.futures
 import dataclasses
 import json
 import time
+import traceback
 import uuid
 
 import apache_beam as beam
@@ -266,7 +267,9 @@ def build_pipeline(plan, options, temp_dir):
       try:  # TFT traces preprocessing_fn and infers its outputs' schema here
         transformed, transform_fn = staged | "Transform" >> TransformRecords(
             feature_module.reported(module), value_columns, tft_schema, passthrough)
-      except (TypeError, ValueError) as e:  # what the module returns: one line naming it
+      except (TypeError, ValueError) as e:  # TFT refusing the module's outputs: one line
+        if "tensorflow_transform" not in traceback.extract_tb(e.__traceback__)[-1].filename:
+          raise
         raise common.UsageError(f"--transform_module {plan.module.__name__}: TF Transform "
                                 f"refuses what preprocessing_fn returns: {first_line(e)}") from None
       _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(fn_dir)

@@ -196,7 +196,7 @@ def _dialect(opts):
   if problem:
     field, why = problem
     raise common.UsageError(f"--{'quote_char' if field == 'quote' else 'delimiter'}: {why}")
-  return {"delimiter": delimiter, "quote": opts.quote_char}
+  return {"delimiter": delimiter, "quote_char": opts.quote_char}
 
 
 IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)
@@ -368,7 +368,8 @@ def _recorded_options(opts, num_shards, formats, key_columns, source):
           # recorded only when not the default, so a comma dataset's manifest keeps its bytes
           **({"delimiter": source.delimiter} if source.delimiter != csv_records.DELIMITER
              else {}),
-          **({"quote_char": source.quote} if source.quote != csv_records.QUOTE else {})}
+          **({"quote_char": source.quote_char} if source.quote_char != csv_records.QUOTE
+             else {})}
 
 
 def build_pipeline(plan, options):

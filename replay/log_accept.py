@@ -12,18 +12,21 @@ from transforms.spec import feature_log as log
 from transforms.spec import typing as cells
 from transforms.spec.errors import UsageError
 
-__all__ = ["AcceptRecords", "Columns", "RecordError", "watermark_seconds"]
+__all__ = ["AcceptRecords", "Columns", "RecordError", "watermark_seconds", "NO_WATERMARK"]
+
+NO_WATERMARK = np.iinfo(np.int64).min  # a record logged without a watermark (Columns)
 
 
 @dataclasses.dataclass(frozen=True)
 class Columns:
   """A batch of records as Arrow columns, accepted (LogRows.accept_table): the record columns
   (a pa.Table), each aggregate's and served feature's values (arrays in declaration order;
-  served values null where not logged) and each record's watermark (a list)."""
+  served values null where not logged) and each record's watermark (int64, NO_WATERMARK for
+  none)."""
   table: pa.Table
   aggregates: tuple
   served: tuple
-  watermarks: list
+  watermarks: np.ndarray
 
   def joins(self, other):
     """Whether `other` can be written in one batch with this one (same column types)."""
@@ -40,7 +43,7 @@ class Columns:
                          for j in range(len(first.aggregates))),
                    tuple(pa.concat_arrays([b.served[j] for b in batches])
                          for j in range(len(first.served))),
-                   [w for b in batches for w in b.watermarks])
+                   np.concatenate([b.watermarks for b in batches]))
 
 
 class RecordError(UsageError, ValueError):
@@ -147,7 +150,7 @@ class AcceptRecords:
     for name in names:
       try:
         cells.column_cells(pa.array([], table.schema.field(name).type))
-      except ValueError as e:
+      except ValueError as e:  # values.ScalarError: not a scalar of the canonical value model
         raise RecordError(f"column {name!r}: {e}") from None
     if not self._aggregates and aggregates:
       self._accept_aggregates(aggregates)  # the error for aggregates no module declares
@@ -160,7 +163,10 @@ class AcceptRecords:
       if not (kind or pa.types.is_null(arr.type)) or (count and arr.null_count):
         raise RecordError(f"aggregate {name!r}: {'integers' if count else 'numbers or nulls'} "
                           f"expected, got {arr.type}" + (" with nulls" if kind else ""))
-      arrays.append(arr.cast(self._aggregate_types[name]))
+      try:
+        arrays.append(arr.cast(self._aggregate_types[name]))
+      except pa.ArrowInvalid as e:  # an unsigned integer beyond int64
+        raise RecordError(f"aggregate {name!r}: {str(e).splitlines()[0]}") from None
     self._accept_served(dict.fromkeys(served or {}))  # the names only
     out = []
     for f in self._served:
@@ -176,13 +182,15 @@ class AcceptRecords:
         raise RecordError(f"served {f!r}: {'text' if pa.types.is_large_binary(typ) else 'numbers'}"
                           f" expected, got {arr.type}")
       out.append(log.cast_served(arr, typ))
-    return Columns(table, tuple(arrays), tuple(out), [watermark] * n)
+    return Columns(table, tuple(arrays), tuple(out),
+                   np.full(n, NO_WATERMARK if watermark is None else watermark, np.int64))
 
 
 def _column(values, n, what):
   """One value per record as an Arrow array: RecordError unless it is n scalars."""
-  try:
-    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+  try:  # a numpy array is copied: Arrow would wrap its buffer, read later on the worker
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(
+        np.array(values, copy=True) if isinstance(values, np.ndarray) else values)
   except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
     raise RecordError(f"{what}: not one scalar per record ({str(e).splitlines()[0]})") from None
   arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr

@@ -19,7 +19,8 @@ import operator
 import numpy as np
 import pyarrow as pa
 
-from replay.log_accept import AcceptRecords, Columns, RecordError, watermark_seconds
+from replay.log_accept import (NO_WATERMARK, AcceptRecords, Columns, RecordError,
+                               watermark_seconds)
 from transforms.graph.feed import transform_values
 from transforms.spec import event_time, fingerprint
 from transforms.spec import feature_log as log
@@ -53,15 +54,15 @@ def _as_text(canonical):
 class LogRows(AcceptRecords):
   """The stage rules of one logger (see the module docstring).
 
-  columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event: the feature
-  module's event-time declaration (column, format, zone) (spec/event_time.py); aggregates: the
-  windowed aggregates (spec/window.py: name, fn, ...); profile: a transforms.spec.profile Profile; transform: the
-  transform_fn as transforms.graph.feed.transform_function gives it, finalized for the value
+  columns: [(name, INT|FLOAT|BYTES)]; key_columns ([] = content key); event: the feature module's
+  event-time declaration (column, format, zone) (spec/event_time.py); aggregates: the windowed
+  aggregates (spec/window.py: name, fn, ...); profile: a transforms.spec.profile Profile; transform:
+  the transform_fn as transforms.graph.feed.transform_function gives it, finalized for the value
   columns (value_columns(columns, aggregates)); feature_spec: its transformed_feature_spec();
   transform_batch_size: records per TFT call; pii_columns, secret: log columns written as
-  pii_hash(value, secret) (parse reasons then leave out the cell text); empty_is_null: "" and
-  b"" read as null, as the CSV reader reads an empty cell; inputs: log each record column's
-  canonical text as input__C (a PII record column's hashed). `schema` is the log's Arrow schema.
+  pii_hash(value, secret) (parse reasons then leave out the cell text); empty_is_null: "" and b""
+  read as null, as the CSV reader reads an empty cell; inputs: log each record column's canonical
+  text as input__C (a PII record column's hashed). `schema` is the log's Arrow schema.
 
   State across batches: `ordinals` ({content-key hex: next ordinal}), `content` (the digest of
   every parse fingerprint so far), `sampled_out` (records the sampling rule dropped) and
@@ -132,7 +133,8 @@ class LogRows(AcceptRecords):
       records, n = items.table, items.table.num_rows
       aggregates, served, marks = items.aggregates, items.served, items.watermarks
     else:
-      records, n, marks = [it[0] for it in items], len(items), [it[3] for it in items]
+      records, n = [it[0] for it in items], len(items)
+      marks = np.fromiter((NO_WATERMARK if it[3] is None else it[3] for it in items), np.int64, n)
       aggregates = tuple(pa.array([it[1][j] for it in items], self._aggregate_types[name])
                          for j, name in enumerate(self._aggregates))
       served = tuple(log.cast_served(pa.array([it[2][j] for it in items]),
@@ -222,8 +224,7 @@ class LogRows(AcceptRecords):
                                                   aggregates=self._aggregates)),
         log.fp_column(TRANSFORM.name): fp_transform,
         log.fp_column(SERVE.name): fp_transform,
-        # the value TFT gets, after the serialize round trip, as the job logs it
-        **{log.aggregate_column(name): decoded.column(name) for name in aggregates}}
+        **{log.aggregate_column(name): column for name, column in aggregates.items()}}
     if self._served:  # what the model got: the served value where serving logged one
       served = {f: served[j].take(rows) for j, f in enumerate(self._served)}
       live_cols[log.fp_column(SERVE.name)] = fingerprint.fingerprint_fields(
@@ -310,16 +311,17 @@ class LogRows(AcceptRecords):
 
   def _window(self, typed, ok, watermarks):
     """(start[n], end[n], rows windowed (sorted), {row: drop reason}) by assign_windows in the
-    declared event-time format, once per distinct watermark among the parsed records."""
+    declared event-time format, once per distinct watermark among the parsed records
+    (watermarks: int64 per record, NO_WATERMARK for none)."""
     n = typed.num_rows
     start, end = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    groups = {}
-    if len(set(watermarks)) == 1:  # one watermark (a Columns batch): one group, no loop
-      groups[watermarks[0]] = np.flatnonzero(ok)
-    for i in np.flatnonzero(ok) if not groups else ():
-      groups.setdefault(watermarks[i], []).append(int(i))
+    parsed = np.flatnonzero(ok)
+    parsed = parsed[np.argsort(watermarks[parsed], kind="stable")]  # grouped by watermark
+    marks = watermarks[parsed]
+    cuts = np.flatnonzero(marks[1:] != marks[:-1]) + 1
     kept, dropped = [], {}
-    for mark, rows in groups.items():
+    for rows in np.split(parsed, cuts) if len(parsed) else ():
+      mark = None if watermarks[rows[0]] == NO_WATERMARK else int(watermarks[rows[0]])
       batch = pa.record_batch([typed.column(self._event).take(pa.array(rows)), pa.array(rows)],
                               names=[self._event, _ROW])
       k, d = assign_windows(batch, self._event, self._profile, mark, self._event_format,

@@ -51,18 +51,19 @@ _BUCKET = "bucket"  # a batch's bucket column while it is split into parts (neve
 class ProductionLogger:
   """Logs serving records as feature-log rows (see the module docstring).
 
-  columns: [(name, INT|FLOAT|BYTES)] as the ingest typed them; key_columns: the record key
-  columns ([] = content key: hex of the parse fingerprint + ':<ordinal>' among exact duplicates,
-  in arrival order); event_time_column, event_time_format, event_time_zone: the module's
-  event-time declaration (spec/event_time.py); aggregates: its WINDOWED_AGGREGATES (spec/
-  window.py; values given per record: an int for a count, a float or None for the others); pii_columns: log columns ("key", transformed features, record
-  columns) written as pii_hash(value, key), the HMAC key read from the environment variable
-  named pii_key_env; max_pending_batches: full batches that may wait for the worker before
-  log() blocks; compact_on_close: merge each bucket's parts on close(); empty_text_is_null: ""
-  and b"" are null, as in a CSV (False: text, as JSON has it); served_features: the one-value
-  transformed features whose served values (what serving fed the model) log() gets: logged as
-  served__F, compared at the serve stage; log_inputs: log each record column's canonical text
-  as input__C (the diff shows and compares them for records that differ at raw or parse)."""
+  columns: [(name, INT|FLOAT|BYTES)] as the ingest typed them; key_columns: the record key columns
+  ([] = content key: hex of the parse fingerprint + ':<ordinal>' among exact duplicates, in arrival
+  order); event_time_column, event_time_format, event_time_zone: the module's event-time declaration
+  (spec/event_time.py); aggregates: its WINDOWED_AGGREGATES (spec/window.py; values given per
+  record: an int for a count, a float or None for the others); pii_columns: log columns ("key",
+  transformed features, record columns) written as pii_hash(value, key), the HMAC key read from the
+  environment variable named pii_key_env; max_pending_batches: full batches that may wait for the
+  worker before log() blocks; compact_on_close: merge each bucket's parts on close();
+  empty_text_is_null: "" and b"" are null, as in a CSV (False: text, as JSON has it);
+  served_features: the one-value transformed features whose served values (what serving fed the
+  model) log() gets: logged as served__F, compared at the serve stage; log_inputs: log each record
+  column's canonical text as input__C (the diff shows and compares them for records that differ at
+  raw or parse)."""
 
   def __init__(self, transform_fn_dir, profile, log_dir, columns, key_columns,
                event_time_column, aggregates, *, event_time_format=event_time.DEFAULT_FORMAT,
@@ -166,7 +167,9 @@ class ProductionLogger:
     RecordBatch of record columns (any scalar Arrow types, under the same canonical rules; a
     column it lacks is null); aggregates and served: {name: one value per record, an Arrow
     array or a sequence}; watermark: for every record of the batch. RecordError (a UsageError
-    and a ValueError) when it refuses them. Written as one batch, after the open one."""
+    and a ValueError) when it refuses them. Written as one batch, after the open one, on the
+    worker thread: the table's buffers (a numpy array a pandas frame wraps) must not change
+    after the call (aggregates and served values given as numpy arrays are copied)."""
     self._submit(self._rules.accept_table(table, aggregates, served,
                                           watermark_seconds(watermark)))
 

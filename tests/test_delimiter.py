@@ -42,7 +42,8 @@ def test_other_delimiters_ingest_to_the_same_records(tmp_path):
   base, rows = _dataset(ingest(tmp_path / "comma", "--key_columns", "ride_id", "--num_shards",
                                "1", inputs=_write(tmp_path / "rides.csv", ",")))
   assert base["rows"]["written"] == len(ROWS) - 1 and "delimiter" not in base["options"]
-  for name, delimiter, flag in (("semi", ";", ";"), ("tab", "\t", "tab"), ("pipe", "|", "|")):
+  for name, delimiter, flag in (("semi", ";", ";"), ("tab", "\t", "tab"), ("pipe", "|", "|"),
+                                ("ctrl_a", "\x01", "\x01")):  # Hive's default delimiter
     manifest, got = _dataset(ingest(tmp_path / name, "--key_columns", "ride_id", "--num_shards",
                                     "1", "--delimiter", flag,
                                     inputs=_write(tmp_path / f"rides.{name}.csv", delimiter)))
@@ -88,3 +89,12 @@ def test_a_dialect_that_cannot_split_is_a_usage_error(tmp_path, flags, message):
              str(tmp_path / "out")] + flags)
   assert str(e.value).startswith(message)
   assert not (tmp_path / "out").exists()
+
+
+def test_rows_quoted_with_another_character_are_named_in_the_error(tmp_path):
+  path = _write(tmp_path / "rides.csv", ";", "'", csv.QUOTE_ALL)
+  from pipelines import ingest as job
+  with pytest.raises(common.DataError) as e:
+    job.run(["--input", path, "--output_dir", str(tmp_path / "out"), "--delimiter", ";",
+             "--key_columns", "'ride_id'"])
+  assert "pass --quote_char \"'\"" in str(e.value)

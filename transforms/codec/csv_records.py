@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 __all__ = ["RecordBlock", "iter_blocks", "parse_header", "parse_block", "without_first",
-           "HeaderError", "Dialect", "DELIMITER", "QUOTE", "DEFAULT", "other_delimiter", "other_format"]
+           "HeaderError", "Dialect", "DELIMITER", "QUOTE", "DEFAULT", "other_delimiter",
+           "other_format", "other_quote"]
 
 BOM = b"\xef\xbb\xbf"
 _NL, _CR = ord("\n"), ord("\r")
@@ -48,6 +49,20 @@ class Dialect:
 
 
 DEFAULT = Dialect()
+
+
+def other_quote(raws, dialect=DEFAULT):
+  """The quote character that rejected rows seem to quote with instead (' or "), or None: the
+  hint ingest's rejected-rows error gives. `raws`: the rejected rows' text. A row counts when
+  the other character opens a field (at the row's start or after a delimiter) and closes one
+  (before a delimiter or at the row's end); at least half of them must."""
+  d = dialect.delimiter
+  for quote in ("'", '"'):
+    if quote not in (dialect.quote, d) and raws and sum(
+        1 for r in raws if (r.startswith(quote) or d + quote in r) and
+        (r.endswith(quote) or quote + d in r)) * 2 >= len(raws):
+      return quote
+  return None
 
 
 def other_delimiter(names, delimiter=DELIMITER):
@@ -172,7 +187,8 @@ def parse_header(block, dialect=DEFAULT):
   except UnicodeDecodeError as e:
     raise HeaderError(f"header is not UTF-8 ({e.reason} at byte {e.start})"
                       f"{hint or ': not CSV text?'}") from None
-  control = sorted({c for c in text if ord(c) < 32 and c not in "\t\r\n"})
+  control = sorted({c for c in text if ord(c) < 32 and c not in "\t\r\n" and
+                    c not in (dialect.delimiter, dialect.quote)})
   if hint or control:
     raise HeaderError("the header is not CSV text" + (
         hint or f" (it holds the control character {control[0]!r})"))

@@ -56,12 +56,12 @@ class SourceOptions:
   payload_names: tuple = ()  # column names of header-less CSV payloads (SageMaker "CSV")
   block_bytes: int = 8 << 20
   delimiter: str = csv_records.DELIMITER  # a CSV file's field delimiter (one character)
-  quote: str = csv_records.QUOTE  # a CSV file's quote character (one character)
+  quote_char: str = csv_records.QUOTE  # a CSV file's quote character (one character)
 
   @property
   def dialect(self):
     """The CSV dialect (transforms/codec/csv_records.Dialect) of these options."""
-    return csv_records.Dialect(self.delimiter, self.quote)
+    return csv_records.Dialect(self.delimiter, self.quote_char)
 
 
 def infer_format(path):

@@ -6,8 +6,9 @@ bucket as feature_log/bucket-BBBBB-of-NNNNN.parquet, the production logger as pa
 feature_log/bucket-BBBBB-of-NNNNN-part-PPPPPP.parquet; readers take a bucket's rows from
 bucket_glob. Columns (manifests/feature_log.schema.json): HEAD (key, event time, window, shard,
 drop stage and reason, fp_<stage> for every FP_STAGES stage), then aggregate__A per
-windowed aggregate A in name order (its value as TFT received it, in spec/window.output_type:
-int64 for counts, float64 for sum/mean/min/max; null where the record did not reach TFT), then
+windowed aggregate A in name order (its value as the window stage computed it, before the
+serialize round trip, in spec/window.output_type: int64 for counts, float64 for sum/mean/min/
+max; null where the record did not reach TFT), then
 per transformed feature F:
 fp__F (uint64) and value__F (a scalar for one-value features, as tft.TFTransformOutput gives
 them; else the list); per feature F serving logged a value of, served__F (that value, in

@@ -45,8 +45,8 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
   """The run metadata of a feature log. columns: [(name, type)]; buckets: the per-bucket
   entries (bucket, path, rows, dropped, digests, and a logger's parts); versions_: default
   versions(); aggregates: the windowed aggregates (recorded as spec/window.describe gives
-  them: name, fn, group_by, column). The logger adds its own sections (log.parts, pii) to what this returns.
-  event_time: the module's (column, format, zone) declaration (spec/event_time.declaration);
+  them: name, fn, group_by, column). The logger adds its own sections (log.parts, pii) to
+  what this returns. event_time: the module's (column, format, zone) declaration (spec/event_time.declaration);
   transform_fn: (the folder it was given as, or None when the run analysed, the content
   digest of the run's transform_fn); source: the input's {"format", "coverage",
   "side_columns", and optionally "num_shards", "schema"} (its manifest's input_format,

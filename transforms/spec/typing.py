@@ -176,17 +176,15 @@ def arrow_cells(cells, empty_is_null=False):
 
 def column_cells(arr, empty_is_null=False):
   """arrow_cells of a column that is already an Arrow array (a typed source's column): one
-  group, a dictionary-encoded column decoded; "" and b"" null with `empty_is_null`. ValueError
-  for an Arrow type that is not a scalar of the canonical value model (a list, a struct)."""
+  group, a dictionary-encoded column decoded; "" and b"" null with `empty_is_null`.
+  values.ScalarError (a ValueError) for an Arrow type that is not a scalar of the canonical
+  value model (a list, a struct, a duration)."""
   if pa.types.is_dictionary(arr.type):
     arr = arr.dictionary_decode()
   typ = arr.type
+  values.canonical_text(pa.array([], typ))  # the raw stage's rule says what is a scalar
   text = pa.types.is_string(typ) or pa.types.is_large_string(typ) or \
       pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
-  if pa.types.is_nested(typ) or not (text or pa.types.is_integer(typ) or pa.types.is_null(typ)
-                                     or pa.types.is_floating(typ) or pa.types.is_boolean(typ)
-                                     or pa.types.is_temporal(typ) or pa.types.is_decimal(typ)):
-    raise ValueError(f"Arrow type {typ} is not a scalar")
   return [(None, _blank_to_null(arr) if empty_is_null and text else arr)]
 
 

@@ -35,7 +35,7 @@ from transforms.spec.stages import DROP_REASON, WINDOW, WINDOW_END, WINDOW_FP, W
 __all__ = ["assign_windows", "event_seconds", "latest_event_time", "partial_state",
            "merge_states", "result", "join_aggregate", "aggregate_values", "window_fingerprints",
            "check_aggregates", "check_columns", "describe", "group_columns", "input_columns",
-           "output_type", "AGGREGATE_FNS", "NO_STATE"]
+           "output_type", "window_value_column", "AGGREGATE_FNS", "NO_STATE"]
 
 AGGREGATE_FNS = ("count", "sum", "mean", "min", "max", "count_distinct")
 _NUMBER_FNS = ("sum", "mean", "min", "max")  # over a number column; a float64 result
@@ -53,6 +53,14 @@ def group_columns(agg):
 def input_columns(agg):
   """The record columns an aggregate reads: its group_by columns, then its `column`."""
   return group_columns(agg) + ([agg["column"]] if agg.get("column") else [])
+
+
+def window_value_column(name):
+  """The batch column that keeps aggregate `name`'s value as the window stage joined it: the
+  `name` column itself is replaced by its serialize round trip (a float32 profile rounds it)
+  before TFT; the feature log records this one as aggregate__<name>, the exact value the
+  window fingerprint covers."""
+  return f"__window_value__{name}"
 
 
 def output_type(agg):
@@ -175,14 +183,17 @@ def _keys(agg):
 
 def _group_values(column):
   """(group values, null flags) of a group_by column: integer and string columns as they are,
-  any other by its text; nulls are flagged and their value filled (Arrow joins never match
-  nulls, so null is a group of its own through the flag)."""
+  any other by its text (a float's -0.0 as 0.0, NaN as null); nulls are flagged and their value
+  filled (Arrow joins never match nulls, so null is a group of its own through the flag)."""
   typ = column.type
   if pa.types.is_integer(typ):
     fill = pa.scalar(0, typ)
   elif pa.types.is_string(typ) or pa.types.is_large_string(typ):
     fill = pa.scalar("", typ)
   else:
+    if pa.types.is_floating(typ):  # -0.0 groups with 0.0, NaN with null (as for values)
+      column = pc.add(column, pa.scalar(0.0, typ))
+      column = pc.if_else(pc.is_nan(column), pa.scalar(None, typ), column)
     column, fill = column.cast(pa.string()), pa.scalar("", pa.string())
   return column.fill_null(fill), column.is_null()
 
@@ -197,9 +208,10 @@ def _values(column, fn):
     values = column if (pa.types.is_integer(typ) or pa.types.is_string(typ) or
                         pa.types.is_large_string(typ)) else column.cast(pa.string())
     return values, column.is_valid().to_numpy(zero_copy_only=False)
-  if not number:  # count of a text column: its non-null cells
+  if fn == "count" and not pa.types.is_floating(typ) or not number:  # its non-null cells
     return column, column.is_valid().to_numpy(zero_copy_only=False)
-  values = pc.add(column.cast(pa.float64()), 0.0)  # -0.0 + 0.0 is 0.0
+  # float64 (an integer beyond 2^53 rounded, as documented); -0.0 + 0.0 is 0.0
+  values = pc.add(column.cast(pa.float64(), safe=False), 0.0)
   valid = pc.and_(values.is_valid(), pc.invert(pc.is_nan(values))).fill_null(False)
   return values, valid.to_numpy(zero_copy_only=False)
 

@@ -1,8 +1,8 @@
 """WindowRecords: the `window` stage on RecordBatches -- event-time windows, late-record drops and
 windowed aggregates, by the rule of spec/window.py (the windows, the drops and their reasons,
-the aggregates' states, values and join, the stage's fingerprint). The event time is read in the feature
-module's declared EVENT_TIME_FORMAT / EVENT_TIME_ZONE (spec/event_time.py) and windowed, and the
-watermark taken, in Unix seconds.
+the aggregates' states, values and join, the stage's fingerprint). The event time is read in
+the feature module's declared EVENT_TIME_FORMAT / EVENT_TIME_ZONE (spec/event_time.py) and
+windowed, and the watermark taken, in Unix seconds.
 """
 import apache_beam as beam
 import pyarrow as pa
@@ -12,7 +12,7 @@ from transforms.beam.arrow_coder import TableCoder
 from transforms.spec import event_time
 from transforms.spec.window import (assign_windows, check_aggregates, join_aggregate,
                                     latest_event_time, merge_states, output_type, partial_state,
-                                    result, window_fingerprints)
+                                    result, window_fingerprints, window_value_column)
 
 __all__ = ["WindowRecords", "MergeStates", "DROPPED"]
 
@@ -75,6 +75,7 @@ class _JoinFn(AheadDoFn):
             output_type(agg)))
       else:
         batch = join_aggregate(batch, agg, values[name])
+      batch = batch.append_column(window_value_column(name), batch.column(name))  # for the log
     yield window_fingerprints(batch, [agg["name"] for agg in self._aggregates])
 
 

@@ -45,7 +45,7 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
 from transforms.spec.stages import (DROP_REASON, KEY, LOG_HASH, RAW, RAW_FP, RECORD_STAGES,
                                     SERVE, SHARD_ID, STAGES, TRANSFORM, WINDOW, WINDOW_END,
                                     WINDOW_START)
-from transforms.spec.window import event_seconds
+from transforms.spec.window import event_seconds, window_value_column
 
 __all__ = ["WriteFeatureLog", "merge_bucket", "with_log_hash"]
 
@@ -92,7 +92,7 @@ def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii()):
   event: (column, format, zone), the event time logged in Unix seconds (spec/window.py);
   served: ((side column, feature), ...), logged as served__F for records going into TFT;
   aggregates: the windowed aggregates' names, logged as aggregate__A for those records (the
-  value TFT gets, after the serialize round trip); pii:
+  window stage's value, spec/window.window_value_column); pii:
   the key logged hashed when it is PII."""
   n = batch.num_rows
   column, form, zone = event
@@ -116,8 +116,8 @@ def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii()):
   if not dropped:
     for column, feature in served:
       cols[served_column(feature)] = batch.column(column)
-    for name in sorted(aggregates):
-      cols[aggregate_column(name)] = batch.column(name)  # its spec/window.output_type
+    for name in sorted(aggregates):  # the window stage's value, in its spec/window.output_type
+      cols[aggregate_column(name)] = batch.column(window_value_column(name))
   return cols
 
 
