@@ -10,8 +10,9 @@ windows, timed in this process, best of 3:
       result, then join_aggregate per batch;
   (p) the baseline: pandas, groupby([group, window end]) then transform(fn) over the whole
       table (what a user would write; one process, one pass, no partitioning).
-Ratio (s)/(p) per fn. For sum and mean the rule sorts each group's values, so the sum is the
-same bytes under any partitioning; pandas sums in arrival order.
+Ratio (s)/(p) per fn. For sum and mean the rule sums exactly (integer significand sums per
+binary exponent, correctly rounded at the end), so the sum is the same bytes under any
+partitioning; pandas adds in arrival order.
 """
 import argparse
 import os

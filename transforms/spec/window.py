@@ -15,8 +15,9 @@ window as a column `name`:
   count           records (int64); with a `column`, its non-null values, as pandas' count
   count_distinct  distinct non-null values of `column` (int64; -0.0 counts as 0.0)
   sum, mean       of `column`'s non-null values (float64; null when the window has none); the
-                  sum is taken in ascending value order, so it is the same bytes however the
-                  records were partitioned and merged
+                  exact sum correctly rounded (as math.fsum), so it is the same bytes however
+                  the records were partitioned and merged; the mean is that sum / count,
+                  correctly rounded
   min, max        of `column`'s non-null values (float64; null when the window has none)
 NaN counts as null (pandas' skipna). sum/mean/min/max need a number column (INT or FLOAT,
 read as float64). The stage's fingerprint covers the window bounds and the joined aggregate
@@ -25,6 +26,8 @@ values (stages.WINDOW.fingerprint_fields).
 Computation, one rule offline and in tests: partial_state (a table per batch) -> merge_states
 (any grouping, any order) -> result (one row per group and window end) -> join_aggregate.
 """
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -237,15 +240,55 @@ def partial_state(batch, agg, profile, ordered=True):
   cols["e"] = pa.array(ends, pa.int64())
   if fn == "count":
     cols["n"] = pa.array(np.ones(len(rows), dtype=np.int64))
+  elif fn in ("sum", "mean"):
+    cols.update(_exact_parts(pc.take(values, take).to_numpy(zero_copy_only=False)))
   else:
     cols["v"] = pc.take(values, take)
   return merge_states([pa.table(cols)], agg, ordered)
 
 
+# sum and mean are exact: each value is m * 2^(x - 53) with m a 53-bit integer (numpy frexp);
+# a state row holds, per group, window end and exponent x, the sums of m's high 27 and low 26
+# bits (int64: exact for 2^36 values an exponent) and the values' count. Summing those is
+# associative, so partial states merge in any order to the same integers; result() turns
+# them into the correctly rounded sum (and mean), one Python big-int sum per group.
+_POS_INF, _NEG_INF = 1 << 20, -(1 << 20)  # the exponent rows counting +inf and -inf values
+_LOW_BITS = 26
+
+
+def _exact_parts(v):
+  """{x, hi, lo, n} state columns of float64 values (no NaN): v == (hi * 2^26 + lo) *
+  2^(x - 53) exactly; an infinity is counted (hi) under the _POS_INF / _NEG_INF exponent."""
+  finite = np.isfinite(v)
+  frac, x = np.frexp(np.where(finite, v, 0.0))
+  m = np.ldexp(frac, 53).astype(np.int64)  # |frac| < 1: exact
+  hi, lo, x = m >> _LOW_BITS, m & ((1 << _LOW_BITS) - 1), x.astype(np.int64)
+  x[~finite] = np.where(v[~finite] > 0, _POS_INF, _NEG_INF)
+  hi[~finite], lo[~finite] = 1, 0
+  return {"x": pa.array(x), "hi": pa.array(hi), "lo": pa.array(lo),
+          "n": pa.array(np.ones(len(v), dtype=np.int64))}
+
+
+def _exact_value(xs, his, los, count, mean):
+  """The correctly rounded sum (or mean, over `count` values) of one group's state rows."""
+  pos = sum(int(h) for x, h in zip(xs, his) if x == _POS_INF)
+  neg = sum(int(h) for x, h in zip(xs, his) if x == _NEG_INF)
+  if pos or neg:
+    return math.nan if pos and neg else math.inf if pos else -math.inf
+  terms = [((int(h) << _LOW_BITS) + int(lo), int(x) - 53) for x, h, lo in zip(xs, his, los)]
+  low = min(e for _, e in terms)
+  total = sum(m << (e - low) for m, e in terms)  # the exact sum is total * 2^low
+  top, bottom = (total << max(low, 0)), (1 << max(-low, 0)) * (count if mean else 1)
+  try:
+    return top / bottom  # Python's int / int is correctly rounded
+  except OverflowError:  # beyond float64: an infinity, as float addition gives
+    return math.inf if top > 0 else -math.inf
+
+
 def merge_states(tables, agg, ordered=False):
   """One state from partial ones, whatever their grouping and order: counts summed, minima
-  and maxima taken, distinct values kept once, sum/mean values kept (summed by result, in
-  value order). `ordered`: sorted by key (and value). No rows at all: NO_STATE."""
+  and maxima taken, distinct values kept once, sum/mean parts summed per exponent.
+  `ordered`: sorted by key (and value or exponent). No rows at all: NO_STATE."""
   tables = [t for t in tables if t.num_rows]
   if not tables:
     return NO_STATE
@@ -258,9 +301,13 @@ def merge_states(tables, agg, ordered=False):
         {f"v_{fn}": "v"}).select(keys + ["v"])
   elif fn == "count_distinct":
     table = table.group_by(keys + ["v"]).aggregate([]).select(keys + ["v"])
+  else:  # sum, mean
+    table = table.group_by(keys + ["x"]).aggregate([(c, "sum") for c in ("hi", "lo", "n")]) \
+        .rename_columns({"hi_sum": "hi", "lo_sum": "lo", "n_sum": "n"}) \
+        .select(keys + ["x", "hi", "lo", "n"])
   if not ordered:
     return table
-  order = keys + (["v"] if fn in ("count_distinct", "sum", "mean") else [])
+  order = keys + (["v"] if fn == "count_distinct" else ["x"] if fn in ("sum", "mean") else [])
   return table.take(pc.sort_indices(table, [(c, "ascending") for c in order]))
 
 
@@ -277,20 +324,20 @@ def result(state, agg):
     counted = state.group_by(keys).aggregate([("v", "count")])
     counted = counted.take(pc.sort_indices(counted, [(c, "ascending") for c in keys]))
     return counted.rename_columns({"v_count": "out"}).select(keys + ["out"])
-  # sum, mean: each group's values (Arrow's hash_list), sorted within the group by one numpy
-  # lexsort over (group, value), then summed group by group in that ascending order; the
-  # groups themselves are ordered by key afterwards (a table of one row per group).
-  grouped = state.group_by(keys).aggregate([("v", "list")])
-  lists = grouped.column("v_list").combine_chunks()
-  values = lists.flatten().to_numpy()
-  order = np.lexsort((values, pc.list_parent_indices(lists).to_numpy()))
-  offsets = lists.offsets.to_numpy()
-  starts = offsets[:-1] - offsets[0]
-  total = np.add.reduceat(values[order], starts)
-  if fn == "mean":
-    total = total / pc.list_value_length(lists).to_numpy()
-  out = grouped.select(keys).append_column("out", pa.array(total, pa.float64()))
-  return out.take(pc.sort_indices(out, [(c, "ascending") for c in keys]))
+  # sum, mean: the exponent rows of each group (sorted by key), one exact sum per group
+  state = merge_states([state], agg, ordered=True)
+  change = np.zeros(state.num_rows, dtype=bool)
+  change[0] = True
+  for key in keys:
+    column = state.column(key).combine_chunks()
+    change[1:] |= pc.not_equal(column.slice(1), column.slice(0, len(column) - 1)).to_numpy(
+        zero_copy_only=False)
+  bounds = np.append(np.flatnonzero(change), state.num_rows)
+  x, hi, lo, n = (state.column(c).to_numpy() for c in ("x", "hi", "lo", "n"))
+  total = [_exact_value(x[a:b], hi[a:b], lo[a:b], int(n[a:b].sum()), fn == "mean")
+           for a, b in zip(bounds[:-1], bounds[1:])]
+  return state.select(keys).take(pa.array(bounds[:-1])).append_column(
+      "out", pa.array(total, pa.float64()))
 
 
 def join_aggregate(batch, agg, values):
