@@ -261,18 +261,24 @@ def build_pipeline(plan, options, temp_dir):
                         passthrough_keys=passthrough_keys(passthrough)):
     if plan.transform_fn_dir:
       FileSystems.copy([plan.transform_fn_dir.rstrip("/") + "/"], [fn_dir + "/"])  # a tree
-      transformed, _ = staged | "Transform" >> TransformRecords(
-          None, value_columns, tft_schema, passthrough, transform_fn_dir=fn_dir)
+      transform = TransformRecords(None, value_columns, tft_schema, passthrough,
+                                   transform_fn_dir=fn_dir)
+      transformed, _ = staged | "Transform" >> transform
     else:
       try:  # TFT traces preprocessing_fn and infers its outputs' schema here
-        transformed, transform_fn = staged | "Transform" >> TransformRecords(
-            feature_module.reported(module), value_columns, tft_schema, passthrough)
+        transform = TransformRecords(feature_module.reported(module), value_columns, tft_schema,
+                                     passthrough)
+        transformed, transform_fn = staged | "Transform" >> transform
       except (TypeError, ValueError) as e:  # TFT refusing the module's outputs: one line
         if "tensorflow_transform" not in traceback.extract_tb(e.__traceback__)[-1].filename:
           raise
         raise common.UsageError(f"--transform_module {plan.module.__name__}: TF Transform "
                                 f"refuses what preprocessing_fn returns: {first_line(e)}") from None
       _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(fn_dir)
+  # --pii_columns against the transformed features, known once TFT traced the module: before
+  # anything runs
+  plan.pii_rule.check_columns(set(transform.output_features) | set(plan.manifest["key_columns"]),
+                              "--pii_columns")
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])
        | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
@@ -294,12 +300,6 @@ def _publish(plan, temp_dir, options):
   with FileSystems.open(FileSystems.join(temp_dir, LOG_INFO),
                         compression_type="uncompressed") as f:
     buckets = sorted(json.loads(f.read().decode("utf-8")), key=lambda b: b["bucket"])
-  features = set()  # --pii_columns checked against the log's features before publishing
-  for b in buckets if plan.pii_rule.columns else ():
-    with FileSystems.open(FileSystems.join(temp_dir, b["path"]),
-                          compression_type="uncompressed") as f:
-      features.update(feature_log.features_of(pq.read_schema(f).names))
-  plan.pii_rule.check_columns(features | set(plan.manifest["key_columns"]), "--pii_columns")
   dataset.remove_tree(FileSystems.join(out, run_metadata.FILE))
   for sub in (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.LOG_DIR):
     dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))

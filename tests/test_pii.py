@@ -122,3 +122,23 @@ def test_pii_without_its_key_is_refused_before_anything_is_written(runs, tmp_pat
                       "--pii_columns", PII, "--pii_key_env", ENV,
                       "--transform_module", "transforms.taxi"])
   assert not (tmp_path / "out").exists()
+
+
+def test_a_pii_column_that_is_no_feature_is_refused_before_the_pipeline_runs(runs, tmp_path,
+                                                                             monkeypatch):
+  import apache_beam as beam
+  from pipelines import common
+  from pipelines import features as features_job
+
+  def never(*args, **kwargs):
+    raise AssertionError("the pipeline ran")
+
+  monkeypatch.setattr(beam.Pipeline, "run", never)
+  monkeypatch.setenv(ENV, SECRET)
+  with pytest.raises(common.UsageError, match="--pii_columns fare_zz: not a log column"):
+    features_job.run(["--input_dir", os.path.join(str(runs["dir"]), "ingest"), "--output_dir",
+                      str(tmp_path / "out"), "--profile", os.path.join(
+                          os.path.dirname(TAXI_SCHEMA), "..", "..", "profiles", "offline.yaml"),
+                      "--pii_columns", "key,fare_zz", "--pii_key_env", ENV,
+                      "--transform_module", "transforms.taxi"])
+  assert not (tmp_path / "out").exists()

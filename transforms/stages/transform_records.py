@@ -13,7 +13,9 @@ passthrough_keys are passthrough_keys(passthrough).
 """
 import apache_beam as beam
 import pyarrow as pa
+import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
+from tensorflow_transform.tf_metadata import schema_utils
 
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.graph.feed import from_tft, tensor_adapter_config, to_tft_batch
@@ -37,6 +39,7 @@ class TransformRecords(beam.PTransform):
     self._arrow_schema = arrow_schema
     self._passthrough = dict(passthrough or {})
     self._dir = transform_fn_dir
+    self.output_features = None  # the transformed feature names, known once expanded
 
   def expand(self, batches):
     if self._dir:
@@ -44,10 +47,12 @@ class TransformRecords(beam.PTransform):
     adapter = tensor_adapter_config(self._arrow_schema, self._features)
     tft_batches = batches | "ToTftBatches" >> beam.Map(
         to_tft_batch, self._features, self._passthrough).with_output_types(pa.RecordBatch)
-    (transformed, _), transform_fn = (
+    (transformed, metadata), transform_fn = (
         (tft_batches, adapter)
         | "AnalyzeAndTransform" >> tft_beam.AnalyzeAndTransformDataset(
             self._fn, output_record_batches=True))
+    self.output_features = sorted(
+        schema_utils.schema_as_feature_spec(metadata.schema).feature_spec)
     return (transformed | "UnpackPassthrough" >> beam.Map(from_tft).with_output_types(
         pa.RecordBatch)), transform_fn
 
@@ -58,5 +63,6 @@ class TransformRecords(beam.PTransform):
     transform_fn = batches.pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(self._dir)
     transformed, _ = ((tft_batches, adapter), transform_fn) | "Transform" >> \
         tft_beam.TransformDataset(output_record_batches=True)
+    self.output_features = sorted(tft.TFTransformOutput(self._dir).transformed_feature_spec())
     return (transformed | "UnpackPassthrough" >> beam.Map(from_tft).with_output_types(
         pa.RecordBatch)), transform_fn
