@@ -30,7 +30,7 @@ from transforms.beam.progress import Progress, stage_counts
 from transforms.codec import tfrecord
 from transforms.graph import analyze
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
-from transforms.spec import event_time, feature_log, pii, run_metadata, schema, window
+from transforms.spec import event_time, feature_log, modules, pii, run_metadata, schema, window
 from transforms.spec import profile as profiles
 from transforms.spec.dataset import coverage_of, record_columns, side_of
 from transforms.spec.errors import first_line
@@ -314,6 +314,7 @@ def _publish(plan, temp_dir, options):
       analyze=analyze.analyze_fingerprints(fn_dir),
       num_buckets=plan.log_buckets, buckets=buckets, event_time=plan.event,
       transform_fn=(plan.transform_fn_dir, analyze.content_digest(fn_dir)),
+      module_digest=modules.source_digest(plan.module),
       source={"format": plan.manifest["options"].get("input_format", "csv"),
               "num_shards": plan.manifest["num_shards"],
               "schema": plan.manifest["schema"].get("source", "inferred"),

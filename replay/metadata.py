@@ -148,8 +148,12 @@ def suspected_causes(offline, production):
     b = _flatten(section, production["profile"].get(section, {}))
     for field in sorted(set(a) | set(b)):
       _diff(out, (stage,), field, a.get(field), b.get(field))
-  _diff(out, ("transform",), "transform_module", offline["transform_module"],
-        production["transform_module"])
+  digests = [m.get(run_metadata.MODULE_DIGEST) for m in (offline, production)]
+  if all(digests):  # the module's source, wherever its file lies (two checkouts agree)
+    _diff(out, ("transform",), run_metadata.MODULE_DIGEST, *digests)
+  else:  # a logger, or older metadata, records its name only
+    _diff(out, ("transform",), "transform_module", offline["transform_module"],
+          production["transform_module"])
   if run_metadata.LOGGER_RUNNER not in (offline["runner"], production["runner"]):
     # A logger differs in runner by construction; its windowing is the spec's own rule and it
     # analyses nothing (the transform_fn's analyzers are compared below).

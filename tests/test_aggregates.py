@@ -294,7 +294,7 @@ def runs(tmp_path_factory):
   from replay.logger import ProductionLogger
   records, aggregates = online_store.records_and_aggregates(str(path), offline)
   out = {"csv": str(path), "offline": offline, "production": str(d / "production"),
-         "wrong": str(d / "wrong")}
+         "wrong": str(d / "wrong"), "module": str(module)}
   with ProductionLogger.from_features_dir(offline, out["production"]) as logger:
     logger.log_batch(records, aggregates)
   wrong = [dict(a) for a in aggregates]
@@ -328,6 +328,19 @@ def test_the_job_logs_every_aggregate_as_pandas_computes_it(runs):
     got = log.column(f"aggregate__{agg['name']}")
     assert got.type == (pa.float64() if agg["fn"] in FLOAT_FNS else pa.int64())
     assert_same(agg, got.to_numpy(zero_copy_only=False), expected(df, agg, TIME, size, size))
+
+
+def test_the_run_records_each_aggregate_and_the_module_source_digest(runs):
+  import hashlib
+  import json
+  with open(os.path.join(runs["offline"], "run_metadata.json"), encoding="utf-8") as f:
+    meta = json.load(f)
+  with open(runs["module"], "rb") as f:
+    assert meta["transform_module_digest"] == "sha256:" + hashlib.sha256(f.read()).hexdigest()
+  assert meta["schema"]["aggregates"] == [
+      {"name": a["name"], "fn": a["fn"], "column": a.get("column"),
+       "group_by": [a["group_by"]] if isinstance(a["group_by"], str) else a["group_by"]}
+      for a in AGGREGATES]
 
 
 def test_the_logger_given_the_online_values_logs_what_the_job_logs(runs):

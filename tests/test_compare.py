@@ -636,3 +636,15 @@ def test_analyzers_compare_numerically_under_float_noise():
   tiny2 = copy.deepcopy(tiny)
   tiny2["analyzers"]["m"] = _analyzer([2e-9])
   assert analyzers.compare(tiny, tiny2, 10**6)["state"] == "differs"
+
+
+def test_a_module_is_compared_by_its_source_digest_wherever_its_file_lies():
+  from transforms.spec import run_metadata as rm
+  same, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+  a = meta(transform_module="/checkout1/rides.py", **{rm.MODULE_DIGEST: same})
+  fields = lambda m: {c["field"] for c in metadata.suspected_causes(a, m)}  # noqa: E731
+  assert fields(meta(transform_module="/checkout2/rides.py", **{rm.MODULE_DIGEST: same})) == set()
+  assert fields(meta(transform_module="/checkout2/rides.py", **{rm.MODULE_DIGEST: other})) == {
+      rm.MODULE_DIGEST}
+  # a side without a digest (a logger, older metadata): the names are compared
+  assert fields(meta(transform_module="/checkout2/rides.py")) == {"transform_module"}

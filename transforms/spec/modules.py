@@ -1,6 +1,7 @@
 """--transform_module: a feature module named by its dotted name or by the path of its .py file,
 imported the same way by pipelines.features and by the production logger (which reads the name
 from run metadata). Importing this module imports neither Beam nor TensorFlow."""
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -8,7 +9,17 @@ import sys
 
 from transforms.spec.errors import UsageError
 
-__all__ = ["import_feature_module"]
+__all__ = ["import_feature_module", "source_digest"]
+
+
+def source_digest(module):
+  """"sha256:<hex>" of a module's source file (what run metadata compares, wherever the file
+  lies: two checkouts of one module agree, an edited module does not); None without a file."""
+  path = getattr(module, "__file__", None)
+  if not path or not os.path.isfile(path):
+    return None
+  with open(path, "rb") as f:
+    return "sha256:" + hashlib.sha256(f.read()).hexdigest()
 
 
 def import_feature_module(name):

@@ -16,8 +16,8 @@ from transforms.spec.feature_log import LOG_SEED
 from transforms.spec.stages import STAGES
 from transforms.spec.window import describe
 
-__all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "EVENT_TIME", "TRANSFORM_FN", "document", "dump",
-           "load", "versions"]
+__all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "EVENT_TIME", "TRANSFORM_FN", "MODULE_DIGEST",
+           "document", "dump", "load", "versions"]
 
 FORMAT = "skewtrace.features/1"
 FILE = "run_metadata.json"
@@ -25,6 +25,7 @@ FILE = "run_metadata.json"
 # a written transform_fn in process, so the runner is no cause against it.
 LOGGER_RUNNER = "ProductionLogger"
 EVENT_TIME, TRANSFORM_FN = "event_time", "transform_fn"  # the optional sections' keys
+MODULE_DIGEST = "transform_module_digest"  # the feature module's source digest (optional)
 
 
 def versions():
@@ -41,7 +42,7 @@ def versions():
 
 def document(*, profile, transform_module, input_dir, content_digest, key_columns, columns,
              aggregates, runner, analyze, num_buckets, buckets, versions_=None, event_time=None,
-             transform_fn=None, source=None):
+             transform_fn=None, source=None, module_digest=None):
   """The run metadata of a feature log. columns: [(name, type)]; buckets: the per-bucket
   entries (bucket, path, rows, dropped, digests, and a logger's parts); versions_: default
   versions(); aggregates: the windowed aggregates (recorded as spec/window.describe gives
@@ -51,7 +52,8 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
   digest of the run's transform_fn); source: the input's {"format", "coverage",
   "side_columns", and optionally "num_shards", "schema"} (its manifest's input_format,
   spec/dataset.coverage_entry and side_entry, shard count and schema source; the
-  side columns recorded when there are any); each section is left out when None."""
+  side columns recorded when there are any); module_digest: the feature module's source
+  digest (spec/modules.source_digest), as MODULE_DIGEST; each section is left out when None."""
   doc = {
       "format": FORMAT,
       "profile": profile.to_dict(),
@@ -67,6 +69,8 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
       "log": {"num_buckets": num_buckets, "seed": LOG_SEED,
               "rows": sum(b["rows"] for b in buckets), "buckets": list(buckets)},
   }
+  if module_digest is not None:
+    doc[MODULE_DIGEST] = module_digest
   if event_time is not None:
     column, form, zone = event_time
     doc[EVENT_TIME] = {"column": column, "format": form, "zone": zone}
