@@ -1,4 +1,5 @@
 """Shared fixtures: paths to data, and ingest runs built once per session."""
+import csv
 import os
 
 import pytest
@@ -34,6 +35,18 @@ def taxi_runs(tmp_path_factory):
   return out
 
 
+def keyed_taxi_csv(path, key):
+  """The taxi sample written to `path` with a trip_id column, key(i) for the i-th record."""
+  with open(TAXI_CSV, newline="") as f:
+    rows = list(csv.reader(f))
+  with open(path, "w", newline="") as f:
+    w = csv.writer(f, lineterminator="\n")
+    w.writerow(rows[0] + ["trip_id"])
+    for i, row in enumerate(rows[1:]):
+      w.writerow(row + [key(i)])
+  return str(path)
+
+
 FEATURE_RUNNERS = {"direct": [], "multi_processing": RUNNERS["multi_processing"],
                    "portable_embed": RUNNERS["portable_embed"]}
 
@@ -46,6 +59,19 @@ def features(input_dir, output_dir, *args, profile="offline.yaml"):
     argv += ["--transform_module", "transforms.taxi"]
   assert features_job.run(argv) == 0
   return str(output_dir)
+
+
+@pytest.fixture(scope="module")
+def offline(taxi_features):
+  """The taxi sample's offline run (DirectRunner) that a production logger logs against."""
+  return taxi_features["direct"]
+
+
+@pytest.fixture(scope="module")
+def taxi(offline):
+  """(records as a CSV reader gives them, their windowed counts as an online store holds them)."""
+  from tests import online_store
+  return online_store.records_and_counts(TAXI_CSV, offline)
 
 
 @pytest.fixture(scope="session")

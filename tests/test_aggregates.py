@@ -8,7 +8,6 @@ to the same bytes in any grouping and order. The production logger given the sam
 online store would hold logs the same rows (0 divergent), and a logger given a wrong mean for
 some records parts at `window` for exactly those.
 """
-import csv
 import glob
 import math
 import os
@@ -23,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import online_store
-from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
+from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest, keyed_taxi_csv
 from transforms.spec import profile as profiles
 from transforms.spec import window
 from transforms.stages import window_records
@@ -102,15 +101,15 @@ def assert_same(agg, got, want):
 
 
 @pytest.fixture(scope="module")
-def taxi():
+def taxi_batch():
   table = pa.Table.from_pandas(pd.read_csv(TAXI_CSV), preserve_index=False)
   return table.combine_chunks().to_batches()[0], pd.read_csv(TAXI_CSV)
 
 
 @pytest.mark.parametrize("size, period", [(3600, 3600), (3600, 1200)])
 @pytest.mark.parametrize("agg", AGGREGATES, ids=[a["name"] for a in AGGREGATES])
-def test_each_fn_equals_pandas_on_the_taxi_sample(taxi, agg, size, period):
-  batch, df = taxi
+def test_each_fn_equals_pandas_on_the_taxi_sample(taxi_batch, agg, size, period):
+  batch, df = taxi_batch
   got = computed(batch, agg, TIME, _profile(size, period))
   want = expected(df, agg, TIME, size, period)
   assert len(got) == len(df) and (not agg["fn"].startswith("count") or want.max() > 1)
@@ -278,14 +277,7 @@ def runs(tmp_path_factory):
   the same records through the production logger with the values an online store holds; a
   second logger gets a wrong company_mean_miles for every 7th record that has one."""
   d = tmp_path_factory.mktemp("aggregates")
-  with open(TAXI_CSV, newline="") as f:
-    rows = list(csv.reader(f))
-  path = d / "taxi.csv"
-  with open(path, "w", newline="") as f:
-    w = csv.writer(f, lineterminator="\n")
-    w.writerow(rows[0] + ["trip_id"])
-    for i, row in enumerate(rows[1:]):
-      w.writerow(row + [f"T{i:06d}"])
+  path = keyed_taxi_csv(d / "taxi.csv", lambda i: f"T{i:06d}")
   module = d / "every_aggregate.py"
   module.write_text(MODULE.format(aggregates=AGGREGATES))
   data = ingest(d / "ingest", "--num_shards", "2", "--schema", TAXI_SCHEMA, "--key_columns",

@@ -17,7 +17,7 @@ import pytest
 
 from pipelines import common
 from tests import online_store
-from tests.conftest import ROOT, TAXI_CSV
+from tests.conftest import ROOT
 from transforms.spec import feature_log
 from transforms.spec import fingerprint
 from transforms.spec import profile as profiles
@@ -41,17 +41,6 @@ def _meta(root):
 def _logger(offline, log_dir, **options):
   from replay.logger import ProductionLogger
   return ProductionLogger.from_features_dir(offline, str(log_dir), **options)
-
-
-@pytest.fixture(scope="module")
-def offline(taxi_features):
-  return taxi_features["direct"]
-
-
-@pytest.fixture(scope="module")
-def taxi(offline):
-  """(records as a CSV reader gives them, their windowed counts as an online store holds them)."""
-  return online_store.records_and_counts(TAXI_CSV, offline)
 
 
 @pytest.fixture(scope="module")

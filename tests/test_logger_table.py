@@ -15,16 +15,6 @@ AGG = online_store.AGG
 CHUNK = 4000
 
 
-@pytest.fixture(scope="module")
-def offline(taxi_features):
-  return taxi_features["direct"]
-
-
-@pytest.fixture(scope="module")
-def taxi(offline):
-  return online_store.records_and_counts(TAXI_CSV, offline)
-
-
 def _table(typed):
   """The taxi CSV as Arrow columns: every column as text (empty cells null), or typed as
   pyarrow's CSV reader infers the types."""

@@ -10,8 +10,6 @@ import pyarrow as pa
 import pytest
 
 from pipelines import common
-from tests import online_store
-from tests.conftest import TAXI_CSV
 from tests.test_logger import AGG, _logger, _meta, _read_log, _small, canonical, json_records
 from transforms.spec import fingerprint, schema
 from transforms.spec import typing as cells
@@ -19,16 +17,6 @@ from transforms.spec.stages import KEY, PARSE, SHARD, SHARD_ID, TRANSFORM, WINDO
     WINDOW_START
 
 UTC = datetime.timezone.utc
-
-
-@pytest.fixture(scope="module")
-def offline(taxi_features):
-  return taxi_features["direct"]
-
-
-@pytest.fixture(scope="module")
-def taxi(offline):
-  return online_store.records_and_counts(TAXI_CSV, offline)
 
 
 def _canonical(values, empty_is_null=False):

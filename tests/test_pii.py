@@ -8,7 +8,6 @@ digits and is the HMAC of a clear value; the diff matches every record, 0 diverg
 and no clear key appears in any output -- not in a Parquet column value, not in any byte of the
 other files (JSON, HTML, TFRecord).
 """
-import csv
 import glob
 import hashlib
 import hmac
@@ -21,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests import online_store
-from tests.conftest import TAXI_CSV, TAXI_SCHEMA, features, ingest
+from tests.conftest import TAXI_SCHEMA, features, ingest, keyed_taxi_csv
 from transforms.spec import fingerprint
 
 ENV, SECRET = "SKEWTRACE_TEST_PII_SECRET", "a-secret-never-written"
@@ -39,14 +38,7 @@ def _hmac(value):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   d = tmp_path_factory.mktemp("pii")
-  with open(TAXI_CSV, newline="") as f:
-    rows = list(csv.reader(f))
-  path = d / "taxi.csv"
-  with open(path, "w", newline="") as f:
-    w = csv.writer(f, lineterminator="\n")
-    w.writerow(rows[0] + ["trip_id"])
-    for i, row in enumerate(rows[1:]):
-      w.writerow(row + [f"T{i:06d}Z"])
+  path = keyed_taxi_csv(d / "taxi.csv", lambda i: f"T{i:06d}Z")
   data = ingest(d / "ingest", "--num_shards", "2", "--schema", TAXI_SCHEMA, "--key_columns",
                 "trip_id", inputs=str(path))
   os.environ[ENV] = SECRET

@@ -211,7 +211,7 @@ def _values(column, fn):
     values = column if (pa.types.is_integer(typ) or pa.types.is_string(typ) or
                         pa.types.is_large_string(typ)) else column.cast(pa.string())
     return values, column.is_valid().to_numpy(zero_copy_only=False)
-  if fn == "count" and not pa.types.is_floating(typ) or not number:  # its non-null cells
+  if not number or (fn == "count" and not pa.types.is_floating(typ)):  # its non-null cells
     return column, column.is_valid().to_numpy(zero_copy_only=False)
   # float64 (an integer beyond 2^53 rounded, as documented); -0.0 + 0.0 is 0.0
   values = pc.add(column.cast(pa.float64(), safe=False), 0.0)
