@@ -10,8 +10,9 @@ taxi sample into a temp folder (not timed). In one process, one after the other:
   (0) the bare transform, the baseline: tft.TFTransformOutput(transform_fn).
       transform_features_layer() called on the records' input tensors -- built beforehand, not
       timed: the typed columns and counts, fed as the logger and the job feed TFT
-      (transforms/graph/feed.py) -- in calls of --transform_batch_size records, every output
-      read back as numpy; records/s;
+      (transforms/graph/feed.py) -- in calls of as many records as the logger's transform
+      calls take (the smaller of --batch_size and --transform_batch_size: the same batches),
+      every output read back as numpy; records/s;
   (0t) the same transform_fn finalized as tft_beam applies it (transforms.graph.feed.
       transform_function: SavedModelLoader.finalize) on the same tensors: what the logger calls;
   (0f) (0t) through the feed the logger calls (transforms.graph.feed.transform_values: Arrow
@@ -25,6 +26,9 @@ taxi sample into a temp folder (not timed). In one process, one after the other:
   (1t) log_table(), the columnar entry: the same records as Arrow tables of --batch_size
       records (pyarrow's from_pylist of them, built beforehand, not timed) and their counts,
       then close(); records/s and each call's latency, against (0) and (1).
+  (1r) the stage rules alone: LogRows.rows() (the logger's worker step, no files) on the same
+      tables, accepted beforehand; best of 3 passes: the bound on (1t) before anything is
+      written.
 Both warm up first (a throwaway logger logs one batch; the layer is called once). Prints the
 ratios against the targets: (1)/(0) records/s >= 0.75, p99 log() < 100 us; and (1)/(0f).
 """
@@ -105,9 +109,9 @@ def _bare_transform(offline, records, aggs, batch_size, transform_batch_size):
             for c, t in columns]
   arrays += [pa.array([a[name] for a in aggs], pa.int64()) for name in aggregates]
   batch = to_tft_batch(pa.record_batch(arrays, names=names), names)
-  calls = []
-  for lo in range(0, n, transform_batch_size):
-    chunk, inputs = batch.slice(lo, transform_batch_size), {}
+  calls, call_size = [], min(batch_size, transform_batch_size)  # the logger's TFT calls
+  for lo in range(0, n, call_size):
+    chunk, inputs = batch.slice(lo, call_size), {}
     for name in names:
       arr = chunk.column(name)
       rows = np.flatnonzero(arr.is_valid().to_numpy(zero_copy_only=False))
@@ -189,6 +193,28 @@ def _logger_table(offline, log_dir, records, aggs, options):
   return len(records) / (end - start), latencies, end - closing
 
 
+def _rules_alone(offline, log_dir, records, aggs, options):
+  """records/s of the stage rules alone (LogRows.rows on accepted tables of batch_size
+  records, no part files), best of 3 passes."""
+  import pyarrow as pa
+  from replay.logger import ProductionLogger
+  size = options["batch_size"]
+  logger = ProductionLogger.from_features_dir(offline, log_dir, **options)
+  items = [logger._rules.accept_table(pa.Table.from_pylist(records[lo:lo + size]),  # noqa: SLF001
+                                      {name: [a[name] for a in aggs[lo:lo + size]]
+                                       for name in aggs[0]}, None, None)
+           for lo in range(0, len(records), size)]
+  rules, best = logger._rules, 0.0  # noqa: SLF001
+  rules.rows(items[0])
+  for _ in range(3):
+    start = time.perf_counter()
+    for item in items:
+      rules.rows(item)
+    best = max(best, len(records) / (time.perf_counter() - start))
+  logger.close()
+  return best
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--records", type=int, default=200_000)
@@ -215,6 +241,7 @@ def main(argv=None):
                                    dict(options, log_inputs=True))
     columnar, table_latencies, table_close = _logger_table(
         offline, os.path.join(work, "log_table"), records, aggs, options)
+    alone = _rules_alone(offline, os.path.join(work, "rules"), records, aggs, options)
   finally:
     shutil.rmtree(work, ignore_errors=True)
   p50, p99 = np.percentile(latencies, [50, 99]) / 1000
@@ -239,6 +266,8 @@ def main(argv=None):
         f"a call of {args.batch_size} records p50 {t50:.0f} us, p99 {t99:.0f} us")
   print(f"(1t)/(0) records/s:     {columnar / bare:.2f}  (target >= 0.75: "
         f"{'met' if columnar / bare >= 0.75 else 'not met'}); (1t)/(1) {columnar / rate:.2f}")
+  print(f"(1r) stage rules alone: {alone:10,.0f} records/s (LogRows.rows, no files); "
+        f"(1r)/(0) {alone / bare:.2f}")
   print(f"(0t)/(0) records/s:     {finalized / bare:.2f}")
   print(f"(1)/(0f) records/s:     {rate / fed:.2f}")
   print(f"p99 log() / 100 us:     {p99 / 100:.2f}  (target < 1: "
