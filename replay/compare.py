@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay import drift, kernels
+from replay.kernels import column_of, float_bits, fp_equal, fp_of
 from replay.tolerance import Tolerance
 from transforms.spec import fingerprint
 from transforms.spec.feature_log import (DROPPED_STAGE, EVENT_TIME, KEY, WINDOW_END,
@@ -132,38 +133,9 @@ def _new_feature(kind):
 
 
 # --------------------------------------------------------------------------- helpers
-def _column(table, name):
-  if name not in table.schema.names:
-    return None
-  col = table.column(name)
-  return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
-def _u64(table, name):
-  """(valid bool[n], values uint64[n]) of a fingerprint column; a missing column is all null."""
-  col = _column(table, name)
-  if col is None:
-    return np.zeros(table.num_rows, bool), np.zeros(table.num_rows, np.uint64)
-  valid = col.is_valid().to_numpy(zero_copy_only=False)
-  return valid, col.cast(pa.uint64()).fill_null(0).to_numpy(zero_copy_only=False)
-
-
-def _bits(col):
-  """The float width whose noise a value column's tolerance uses (64 for float64 values)."""
-  typ = col.type
-  while pa.types.is_list(typ) or pa.types.is_large_list(typ):
-    typ = typ.value_type
-  return 64 if pa.types.is_float64(typ) else 32
-
-
-def _eq(a, b):
-  """Null-aware equality of two (valid, values) pairs: equal when both null or both equal."""
-  return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
-
-
 def _duplicated(table):
   """The keys that occur more than once on one side."""
-  vc = pc.value_counts(_column(table, KEY))
+  vc = pc.value_counts(column_of(table, KEY))
   return vc.field("values").filter(pc.greater(vc.field("counts"), 1)).cast(pa.large_string())
 
 
@@ -171,7 +143,7 @@ def _without(table, keys):
   """(the rows whose key is not in `keys`, how many rows were removed)."""
   if not len(keys):
     return table, 0
-  out = pc.is_in(_column(table, KEY), value_set=keys)
+  out = pc.is_in(column_of(table, KEY), value_set=keys)
   return table.filter(pc.invert(out)), int(pc.sum(out).as_py() or 0)
 
 
@@ -191,7 +163,7 @@ def compare_bucket(offline, production, context=Context()):
   for side, table in zip(SIDES, (offline, production)):
     for name in table.schema.names:
       if is_value_column(name):
-        part.histograms[side][feature_of(name)] = drift.histogram(_column(table, name))
+        part.histograms[side][feature_of(name)] = drift.histogram(column_of(table, name))
   # A key duplicated on either side leaves both (its rows counted), so the other side's row
   # of it is not taken for a one-side-only record.
   off_dup, prod_dup = _duplicated(offline), _duplicated(production)
@@ -202,13 +174,13 @@ def compare_bucket(offline, production, context=Context()):
   part.samples["duplicate_keys"] = kernels.samples(
       dups, lambda i, k: {"side": SIDES[int(i >= len(off_dup))], "key": k}, context.samples)
 
-  ok, pk = _column(off, KEY), _column(prod, KEY)
+  ok, pk = column_of(off, KEY), column_of(prod, KEY)
   pos = pc.index_in(ok, value_set=pk)
   in_prod = pos.is_valid().to_numpy(zero_copy_only=False)
   prod_in_off = pc.is_in(pk, value_set=ok).to_numpy(zero_copy_only=False)
   j = pos.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-  off_stage = _column(off, DROPPED_STAGE).cast(pa.string())
-  prod_stage = _column(prod, DROPPED_STAGE).cast(pa.string())
+  off_stage = column_of(off, DROPPED_STAGE).cast(pa.string())
+  prod_stage = column_of(prod, DROPPED_STAGE).cast(pa.string())
   off_kept = off_stage.is_null().to_numpy(zero_copy_only=False)
   prod_kept = prod_stage.is_null().to_numpy(zero_copy_only=False)
   prod_kept_at = in_prod & (prod_kept[j] if len(pk) else False)
@@ -254,19 +226,19 @@ def _compare_matched(part, o, p, context):
   rec["matched_keys"] = n
   early = np.zeros((n, len(RECORD_STAGES)), bool)
   for s, stage in enumerate(RECORD_STAGES):
-    eq = _eq(_u64(o, fp_column(stage)), _u64(p, fp_column(stage)))
+    eq = fp_equal(fp_of(o, fp_column(stage)), fp_of(p, fp_column(stage)))
     early[:, s] = ~eq
     part.stages[stage] = [int(eq.sum()), int(n - eq.sum())]
   part.stages[ANALYZE.name] = [n, 0] if context.analyze_match else [0, n]
-  t_eq = _eq(_u64(o, fp_column(TRANSFORM.name)), _u64(p, fp_column(TRANSFORM.name)))
+  t_eq = fp_equal(fp_of(o, fp_column(TRANSFORM.name)), fp_of(p, fp_column(TRANSFORM.name)))
   part.stages[TRANSFORM.name] = [int(t_eq.sum()), int(n - t_eq.sum())]
   names = sorted({feature_of(c) for t in (o, p) for c in t.schema.names
                   if is_feature_fp_column(c)})
   differs_any, bad_any = np.zeros(n, bool), np.zeros(n, bool)
   differs = {}
   for name in names:
-    a, b = _u64(o, feature_fp_column(name)), _u64(p, feature_fp_column(name))
-    va, vp = _column(o, value_column(name)), _column(p, value_column(name))
+    a, b = fp_of(o, feature_fp_column(name)), fp_of(p, feature_fp_column(name))
+    va, vp = column_of(o, value_column(name)), column_of(p, value_column(name))
     kind = feature_kind((va if va is not None else vp).type) if (va is not None or
                                                                 vp is not None) else "categorical"
     f = part.features.setdefault(name, _new_feature(kind))
@@ -278,7 +250,7 @@ def _compare_matched(part, o, p, context):
       rows = np.flatnonzero(diff)
       w, quantified, delta = kernels.numeric_rows(
           va.take(pa.array(rows)), vp.take(pa.array(rows)),
-          *context.tolerance.for_feature(name, max(_bits(va), _bits(vp))))
+          *context.tolerance.for_feature(name, max(float_bits(va), float_bits(vp))))
       within[rows[w]] = True
       f["delta_n"] += int(quantified.sum())
       f["delta_sums"] = sorted(f["delta_sums"] + [float(delta[quantified].sum())])
@@ -297,7 +269,7 @@ def _compare_matched(part, o, p, context):
   # What the model receives: the transformed features (a fingerprint that differs with no
   # feature to show for it is a difference, never hidden), then the served values.
   t_bad = ~t_eq & (bad_any | ~differs_any)
-  s_eq = _eq(_u64(o, fp_column(SERVE.name)), _u64(p, fp_column(SERVE.name)))
+  s_eq = fp_equal(fp_of(o, fp_column(SERVE.name)), fp_of(p, fp_column(SERVE.name)))
   part.stages[SERVE.name] = [int(s_eq.sum()), int(n - s_eq.sum())]
   serve_check = ~s_eq & ~t_bad
   served_differs, serve_bad = _compare_served(part, o, p, names, serve_check, context)
@@ -340,14 +312,14 @@ def _compare_matched(part, o, p, context):
     return entry
   for kind, mask in (("divergent", model), ("latent", any_early & ~model)):
     rows = np.flatnonzero(mask)
-    keys = _column(o, KEY).take(pa.array(rows, pa.int64()))
+    keys = column_of(o, KEY).take(pa.array(rows, pa.int64()))
     part.samples[kind] = kernels.samples(keys, entry_of(rows), context.samples)
 
 
 def _model_input(table, name):
   """What the model received for feature `name` on one side: the served value where serving
   logged one (served__F), else the transformed value (spec/feature_log.model_inputs)."""
-  value, served = _column(table, value_column(name)), _column(table, served_column(name))
+  value, served = column_of(table, value_column(name)), column_of(table, served_column(name))
   if served is None:
     return value
   if value is None:
@@ -382,7 +354,7 @@ def _compare_served(part, o, p, names, rows_mask, context):
     close = same.copy()
     if f["kind"] == "numeric":
       close |= kernels.numeric_rows(
-          a, b, *context.tolerance.for_feature(name, max(_bits(a), _bits(b))))[0]
+          a, b, *context.tolerance.for_feature(name, max(float_bits(a), float_bits(b))))[0]
     differs[name] = np.zeros(n, bool)
     differs[name][rows[~same]] = True
     bad[rows[~close]] = True
@@ -393,7 +365,7 @@ def _compare_served(part, o, p, names, rows_mask, context):
 
 
 def _cell(table, column, row):
-  col = _column(table, column)
+  col = column_of(table, column)
   return None if col is None else col[row].as_py()
 
 

@@ -1,13 +1,15 @@
 """Row kernels of the replay diff (replay/compare.py), vectorised over Arrow arrays: the numeric
-difference of two aligned value columns under a tolerance, and the deterministic sample of keys
-(smallest XXH64(key, seed 0) first)."""
+difference of two aligned value columns under a tolerance, the deterministic sample of keys
+(smallest XXH64(key, seed 0) first), and the column helpers (a column, a fingerprint column as
+numpy, null-aware fingerprint equality, a value column's float width)."""
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.codec import xxh64
 
-__all__ = ["numeric_rows", "samples", "jsonable"]
+__all__ = ["numeric_rows", "samples", "jsonable", "column_of", "fp_of", "fp_equal",
+           "float_bits"]
 
 
 def _as_elements(col):
@@ -92,3 +94,33 @@ def jsonable(v):
   if isinstance(v, bytes):
     return v.decode("utf-8", "replace")
   return v
+
+
+def column_of(table, name):
+  """A log table's column as one array, or None when the table has no such column."""
+  if name not in table.schema.names:
+    return None
+  col = table.column(name)
+  return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def fp_of(table, name):
+  """(valid bool[n], values uint64[n]) of a fingerprint column; a missing column is all null."""
+  col = column_of(table, name)
+  if col is None:
+    return np.zeros(table.num_rows, bool), np.zeros(table.num_rows, np.uint64)
+  valid = col.is_valid().to_numpy(zero_copy_only=False)
+  return valid, col.cast(pa.uint64()).fill_null(0).to_numpy(zero_copy_only=False)
+
+
+def float_bits(col):
+  """The float width whose noise a value column's tolerance uses (64 for float64 values)."""
+  typ = col.type
+  while pa.types.is_list(typ) or pa.types.is_large_list(typ):
+    typ = typ.value_type
+  return 64 if pa.types.is_float64(typ) else 32
+
+
+def fp_equal(a, b):
+  """Null-aware equality of two (valid, values) pairs: equal when both null or both equal."""
+  return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
