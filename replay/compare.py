@@ -29,7 +29,7 @@ from transforms.spec.feature_log import (DROPPED_STAGE, EVENT_TIME, KEY, WINDOW_
                                          feature_fp_column, feature_of,
                                          fp_column, is_feature_fp_column, is_value_column,
                                          served_column, value_column)
-from transforms.spec.stages import ANALYZE, RECORD_STAGES, SERVE, STAGES, TRANSFORM
+from transforms.spec.stages import ANALYZE, RECORD_STAGES, SERVE, STAGES, TRANSFORM, WINDOW
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
            "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "CLASSES", "SAMPLE_KINDS"]
@@ -75,6 +75,9 @@ class Partial:
   # kind -> [(xxh64 of key, key, entry dict)], at most samples_cap, smallest hash first
   samples: dict = dataclasses.field(default_factory=lambda: {k: [] for k in SAMPLE_KINDS})
   histograms: dict = dataclasses.field(default_factory=lambda: {s: {} for s in SIDES})
+  # aggregate -> [records, largest |d|, offline, production]: the noise records whose window
+  # fingerprint differs by float noise in that aggregate (kernels.window_noise)
+  window_noise: dict = dataclasses.field(default_factory=dict)
 
 
 def empty(samples_cap=10):
@@ -99,6 +102,12 @@ def _merge_feature(a, b):
   return out
 
 
+def _merge_window_noise(a, b):
+  if a is None or b is None:
+    return list(b if a is None else a)
+  return [a[0] + b[0], *max(a[1:], b[1:])]  # the largest (|d|, offline, production)
+
+
 def _smallest(entries, cap):
   return sorted(entries, key=lambda e: (e[0], e[1]))[:cap]
 
@@ -119,7 +128,9 @@ def merge(a, b):
       samples={k: _smallest(a.samples[k] + b.samples[k], cap) for k in SAMPLE_KINDS},
       histograms={s: {n: drift.merge(a.histograms[s].get(n), b.histograms[s].get(n))
                       for n in sorted(set(a.histograms[s]) | set(b.histograms[s]))}
-                  for s in SIDES})
+                  for s in SIDES},
+      window_noise={n: _merge_window_noise(a.window_noise.get(n), b.window_noise.get(n))
+                    for n in sorted(set(a.window_noise) | set(b.window_noise))})
 
 
 def feature_kind(typ):
@@ -265,7 +276,6 @@ def _compare_matched(part, o, p, context):
     differs[name] = diff | one
     differs_any |= differs[name]
     bad_any |= (diff & ~within) | one
-  any_early = early.any(axis=1)
   # What the model receives: the transformed features (a fingerprint that differs with no
   # feature to show for it is a difference, never hidden), then the served values.
   t_bad = ~t_eq & (bad_any | ~differs_any)
@@ -278,8 +288,17 @@ def _compare_matched(part, o, p, context):
     served_any |= mask
   s_bad = serve_check & (serve_bad | ~served_any)
   model = t_bad | s_bad
-  rec["identical"] = int(np.count_nonzero(~any_early & t_eq & s_eq))
-  rec["noise"] = int(np.count_nonzero(~any_early & ~model & ~(t_eq & s_eq)))
+  # A window fingerprint that differs by float noise in an aggregate alone, in a record whose
+  # model inputs agree, is noise (its reason in the report), not a window difference.
+  w = RECORD_STAGES.index(WINDOW.name)
+  only_window = early[:, w] & (early.sum(axis=1) == 1) & ~model
+  aggregates = aggregates_of(sorted(set(o.schema.names) | set(p.schema.names)))
+  window_noise, part.window_noise = kernels.window_noise(o, p, only_window, aggregates,
+                                                         context.tolerance)
+  early[window_noise, w] = False
+  any_early = early.any(axis=1)
+  rec["identical"] = int(np.count_nonzero(~any_early & t_eq & s_eq & ~window_noise))
+  rec["noise"] = int(np.count_nonzero(~any_early & ~model & (~(t_eq & s_eq) | window_noise)))
   rec["latent"] = int(np.count_nonzero(any_early & ~model))
   rec["divergent"] = int(np.count_nonzero(model))
   first = np.full(n, "", dtype=object)
@@ -290,8 +309,6 @@ def _compare_matched(part, o, p, context):
     at = first == stage
     part.first_stage[stage] += int(np.count_nonzero(at))
     part.reaches_model[stage] += int(np.count_nonzero(at & model))
-
-  aggregates = aggregates_of(sorted(set(o.schema.names) | set(p.schema.names)))
 
   def pair(column, r):  # a log cell of row r on each side, as report.json holds it
     return [kernels.jsonable(_cell(t, column, r)) for t in (o, p)]
@@ -343,8 +360,7 @@ def _compare_served(part, o, p, names, rows_mask, context):
     if a is None or b is None:
       continue
     a, b = a.take(take), b.take(take)
-    same = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False) | \
-        (a.is_null().to_numpy(zero_copy_only=False) & b.is_null().to_numpy(zero_copy_only=False))
+    same = kernels.values_equal(a, b)
     if same.all():
       continue
     f = part.features[name]

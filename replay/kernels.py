@@ -1,15 +1,17 @@
 """Row kernels of the replay diff (replay/compare.py), vectorised over Arrow arrays: the numeric
 difference of two aligned value columns under a tolerance, the deterministic sample of keys
 (smallest XXH64(key, seed 0) first), and the column helpers (a column, a fingerprint column as
-numpy, null-aware fingerprint equality, a value column's float width)."""
+numpy, null-aware fingerprint equality, a value column's float width), and the window float
+noise of windowed aggregates (window_noise)."""
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.codec import xxh64
+from transforms.spec.feature_log import WINDOW_END, WINDOW_START, aggregate_column
 
 __all__ = ["numeric_rows", "samples", "jsonable", "column_of", "fp_of", "fp_equal",
-           "float_bits"]
+           "float_bits", "values_equal", "window_noise"]
 
 
 def _as_elements(col):
@@ -124,3 +126,49 @@ def float_bits(col):
 def fp_equal(a, b):
   """Null-aware equality of two (valid, values) pairs: equal when both null or both equal."""
   return (a[0] == b[0]) & (~a[0] | (a[1] == b[1]))
+
+
+def values_equal(a, b):
+  """Per row of two aligned arrays: equal values, or null on both sides (bool[n])."""
+  same = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
+  return same | (a.is_null().to_numpy(zero_copy_only=False) &
+                 b.is_null().to_numpy(zero_copy_only=False))
+
+
+def window_noise(o, p, rows, aggregates, tolerance):
+  """The `rows` (bool[n]) whose window fingerprint differs by float noise in their windowed
+  aggregates alone: both sides hold every aggregate, the window bounds agree, integer aggregates
+  are equal, float ones equal or within tolerance.for_feature(name, 64), and a float one
+  differs (an online store that adds the window's values in another order). Returns (those rows,
+  {aggregate: [records, largest |d|, offline value, production value]} over them, the pair of
+  the largest |d|, ties to the largest pair: the same whatever the row order)."""
+  explained = rows.copy()
+  if not rows.any() or not aggregates:
+    return np.zeros_like(rows), {}
+  for name in (WINDOW_START, WINDOW_END):
+    a, b = column_of(o, name), column_of(p, name)
+    if a is None or b is None:
+      return np.zeros_like(rows), {}
+    explained &= values_equal(a, b)
+  differs, any_differs = {}, np.zeros_like(rows)
+  for name in aggregates:
+    a, b = column_of(o, aggregate_column(name)), column_of(p, aggregate_column(name))
+    if a is None or b is None:
+      return np.zeros_like(rows), {}
+    same = values_equal(a, b)
+    if pa.types.is_floating(a.type) and pa.types.is_floating(b.type):
+      explained &= same | numeric_rows(a, b, *tolerance.for_feature(name, 64))[0]
+      differs[name] = (a, b, ~same)
+      any_differs |= ~same
+    else:  # a count is exact
+      explained &= same
+  explained &= any_differs
+  stats = {}
+  for name, (a, b, changed) in differs.items():
+    at = np.flatnonzero(explained & changed)
+    if len(at):
+      v, q = (x.take(pa.array(at)).to_numpy(zero_copy_only=False) for x in (a, b))
+      delta = np.abs(q - v)
+      top = np.lexsort((q, v, delta))[-1]  # the largest (|d|, offline, production)
+      stats[name] = [len(at), float(delta[top]), float(v[top]), float(q[top])]
+  return explained, stats

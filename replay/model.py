@@ -159,8 +159,10 @@ def _fmt(x):
   return f"{x:.2g}"
 
 
-def noise_reasons(records, tolerance, analyzers):
-  """Why the noise records are noise: the analyzers within float noise, the value tolerance."""
+def noise_reasons(records, tolerance, analyzers, window_noise=None, values=True):
+  """Why the noise records are noise: the analyzers within float noise, windowed aggregates
+  within float noise (window_noise: compare.Partial's), the value tolerance (values: some
+  transformed or served value differs within it)."""
   if not records.get("noise"):
     return []
   why = []
@@ -171,17 +173,40 @@ def noise_reasons(records, tolerance, analyzers):
                f"relative difference {_fmt(worst['max_rel_diff'])} in {worst['name']}, within "
                f"sqrt(N)*u = {_fmt(worst['tolerance'])} for N = {analyzers['records']} records)")
   default = tolerance["default"]
-  if "noise" in default:
+  if window_noise:
+    bound = (f"float noise |d| <= t(1 + |offline|), t = sqrt(N)*u = "
+             f"{_fmt(default['noise']['float64'])} for float64 values" if "noise" in default
+             else f"the given tolerance (abs {default['abs']}, rel {default['rel']})")
+    why.append("window fingerprints differ only by windowed aggregates within " + bound +
+               " (window bounds and counts equal; an online store that adds in another "
+               "order): " + "; ".join(
+                   f"{name} in {r} record(s), largest |d| {_fmt(d)} ({o!r} vs {q!r})"
+                   for name, (r, d, o, q) in sorted(window_noise.items())))
+  if values and "noise" in default:
     n = default["noise"]
     why.append(f"transformed values within float noise |d| <= t(1 + |offline|), t = sqrt(N)*u "
                f"= {_fmt(n['float32'])} for float32 values (N = {n['records']})")
-  else:
+  elif values:
     why.append(f"transformed values within the given tolerance (abs {default['abs']}, "
                f"rel {default['rel']})")
   if tolerance["features"]:
     why.append("per-feature tolerances: " + ", ".join(
         f"{k} abs {v['abs']} rel {v['rel']}" for k, v in sorted(tolerance["features"].items())))
   return why
+
+
+def _noise(partial, tol, analyzers):
+  """The report's noise: records, why, and per windowed aggregate whose float noise the window
+  fingerprint differs by, its records, largest |d| and that pair (offline, production)."""
+  rec = partial.records
+  values = any(f["within_tolerance"] or f["served_within_tolerance"]
+               for f in partial.features.values())
+  out = {"records": int(rec["noise"]),
+         "why": noise_reasons(rec, tol, analyzers, partial.window_noise, values)}
+  if partial.window_noise:
+    out["aggregates"] = {name: {"records": int(r), "max_abs_delta": d, "largest": [o, q]}
+                         for name, (r, d, o, q) in sorted(partial.window_noise.items())}
+  return out
 
 
 def _with_tokens(entry, vocab):
@@ -237,6 +262,6 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
                       skipped_equal=buckets_total - partial.buckets),
       samples=samples, exit_code=int(fraction > max_divergent_fraction), scope=scope,
       fail_on=fail_on, analyzers=analyzers,
-      noise={"records": int(rec["noise"]), "why": noise_reasons(rec, tol, analyzers)},
+      noise=_noise(partial, tol, analyzers),
       unexplained=tuple({"stage": s, "records": firsts[s], "note": UNEXPLAINED}
                         for s in STAGES if firsts[s] and s not in explained))

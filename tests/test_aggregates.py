@@ -6,7 +6,8 @@ end, null a group of its own, NaN skipped), independently of the code under test
 sample, on generated records (hypothesis), and in the features job's log. Partial states merge
 to the same bytes in any grouping and order. The production logger given the same values as an
 online store would hold logs the same rows (0 divergent), and a logger given a wrong mean for
-some records parts at `window` for exactly those.
+some records parts at `window` for exactly those; a mean one float ulp off (another order of
+addition) is noise with its reason, a count one off is not.
 """
 import glob
 import math
@@ -298,6 +299,18 @@ def runs(tmp_path_factory):
   out["changed"] = changed
   with ProductionLogger.from_features_dir(offline, out["wrong"]) as logger:
     logger.log_batch(records, wrong)
+  # An online store that adds in another order: company_mean_miles one float64 ulp up for
+  # every 5th record that has one; a third of those also count one trip more (area_trips).
+  ulp, out["noisy"], out["counted"] = [dict(a) for a in aggregates], set(), set()
+  for i, a in enumerate(ulp):
+    if i % 5 == 0 and a["company_mean_miles"] is not None:
+      a["company_mean_miles"] = float(np.nextafter(a["company_mean_miles"], np.inf))
+      if i % 3 == 0:
+        a["area_trips"] += 1
+      (out["counted"] if i % 3 == 0 else out["noisy"]).add(records[i]["trip_id"])
+  out["ulp"] = str(d / "ulp")
+  with ProductionLogger.from_features_dir(offline, out["ulp"]) as logger:
+    logger.log_batch(records, ulp)
   return out
 
 
@@ -360,3 +373,31 @@ def test_a_wrong_online_mean_parts_at_window_for_exactly_those_records(runs):
   assert sample["key"] in runs["changed"]
   off, wrong = sample["aggregates"]["company_mean_miles"]
   assert wrong == pytest.approx(off + 0.25, abs=1e-5)
+
+
+def test_a_mean_one_ulp_off_is_window_noise_and_a_count_one_off_is_not(runs):
+  """The window fingerprint differs for every changed record; where only the mean moved (by
+  float noise) the record is noise with its reason and values, where a count moved too it is
+  divergent at window. Compared exactly, the same records are latent at window: never hidden."""
+  from replay import api
+  out = os.path.dirname(runs["ulp"])
+  report = api.diff(runs["offline"], runs["ulp"], os.path.join(out, "diff_ulp")).to_dict()
+  noisy, counted = len(runs["noisy"]), len(runs["counted"])
+  assert noisy > 1000 and counted > 500
+  assert report["records"]["noise"] == noisy
+  assert report["stages"]["window"]["mismatch"] == noisy + counted
+  assert report["first_divergent_stage"]["window"] == counted
+  assert report["records"]["divergent"] == counted
+  assert report["records"]["latent"] == 0
+  assert {s["key"] for s in report["samples"]["divergent"]} <= runs["counted"]
+  entry = report["noise"]["aggregates"]["company_mean_miles"]
+  assert entry["records"] == noisy and list(report["noise"]["aggregates"]) == [
+      "company_mean_miles"]
+  off, pro = entry["largest"]
+  assert pro == float(np.nextafter(off, np.inf)) and entry["max_abs_delta"] == pro - off
+  assert any("company_mean_miles in %d record(s)" % noisy in w for w in report["noise"]["why"])
+  exact = api.diff(runs["offline"], runs["ulp"], os.path.join(out, "diff_ulp_exact"),
+                   abs_tol=0, rel_tol=0).to_dict()
+  assert exact["records"]["noise"] == 0 and "aggregates" not in exact["noise"]
+  assert exact["first_divergent_stage"]["window"] == noisy + counted
+  assert exact["records"]["latent"] == noisy and exact["records"]["divergent"] == counted
