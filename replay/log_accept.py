@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from transforms.spec import feature_log as log
 from transforms.spec import typing as cells
+from transforms.spec import values
 from transforms.spec.errors import UsageError
 
 __all__ = ["AcceptRecords", "Columns", "RecordError", "watermark_seconds", "NO_WATERMARK"]
@@ -175,9 +176,7 @@ class AcceptRecords:
         out.append(pa.nulls(n, typ))
         continue
       arr = _column(served[f], n, f"served {f!r}")
-      text = pa.types.is_string(arr.type) or pa.types.is_binary(arr.type) or \
-          pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
-      number = pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)
+      text, number = values.is_text(arr.type), values.is_number(arr.type)
       if not (pa.types.is_null(arr.type) or (text if pa.types.is_large_binary(typ) else number)):
         raise RecordError(f"served {f!r}: {'text' if pa.types.is_large_binary(typ) else 'numbers'}"
                           f" expected, got {arr.type}")

@@ -126,7 +126,7 @@ def type_flags(batch, names):
     if pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
       out[name] = [present, False, True]
       continue
-    text = values.source_text(col) if _is_text(col.type) else values.canonical_text(col)
+    text = values.source_text(col) if values.is_text(col.type) else values.canonical_text(col)
     if not pa.types.is_string(text.type):
       try:
         text = text.cast(pa.string())
@@ -136,11 +136,6 @@ def type_flags(batch, names):
     is_int = _casts(text, pa.int64())
     out[name] = [present, is_int, is_int or _casts(text, pa.float64())]
   return out
-
-
-def _is_text(typ):
-  return pa.types.is_string(typ) or pa.types.is_large_string(typ) or \
-      pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
 
 
 def merge_flags(a, b):

@@ -183,8 +183,7 @@ def column_cells(arr, empty_is_null=False):
     arr = arr.dictionary_decode()
   typ = arr.type
   values.canonical_text(pa.array([], typ))  # the raw stage's rule says what is a scalar
-  text = pa.types.is_string(typ) or pa.types.is_large_string(typ) or \
-      pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+  text = values.is_text(typ)
   return [(None, _blank_to_null(arr) if empty_is_null and text else arr)]
 
 

@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["canonical_text", "source_text", "ScalarError", "NUMBER", "INSTANT"]
+__all__ = ["canonical_text", "source_text", "ScalarError", "NUMBER", "INSTANT", "is_text",
+           "is_number"]
 
 # JSON's number grammar (RFC 8259 section 6): no leading zeros, no leading '+', no '.5'.
 NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
@@ -49,6 +50,18 @@ _NS = 10 ** 9
 
 class ScalarError(ValueError):
   """A column whose type has no scalar canonical value (a list, a struct, a map)."""
+
+
+def is_text(typ):
+  """Whether an Arrow type holds text cells of the model: string or binary, either offset
+  width (the cells canonical_text reads as text, source_text as the source wrote them)."""
+  return pa.types.is_string(typ) or pa.types.is_large_string(typ) or \
+      pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+
+
+def is_number(typ):
+  """Whether an Arrow type holds number cells: an integer of any width or a float."""
+  return pa.types.is_integer(typ) or pa.types.is_floating(typ)
 
 
 def canonical_text(arr):

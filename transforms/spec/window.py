@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from transforms.spec import event_time, fingerprint
 from transforms.spec.stages import DROP_REASON, WINDOW, WINDOW_END, WINDOW_FP, WINDOW_START
+from transforms.spec.values import is_number
 
 __all__ = ["assign_windows", "event_seconds", "latest_event_time", "partial_state",
            "merge_states", "result", "join_aggregate", "aggregate_values", "window_fingerprints",
@@ -125,7 +126,7 @@ def check_columns(aggregates, arrow_types):
         raise ValueError(f"aggregate {agg['name']!r} reads column {column!r}, which the "
                          "dataset lacks")
     typ = arrow_types.get(agg.get("column"))
-    if agg["fn"] in _NUMBER_FNS and not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+    if agg["fn"] in _NUMBER_FNS and not is_number(typ):
       raise ValueError(f"aggregate {agg['name']!r}: fn {agg['fn']} needs a number column; "
                        f"{agg['column']!r} is {typ}")
 
@@ -206,7 +207,7 @@ def _values(column, fn):
   count; for count_distinct integers and text as they are, floats as float64 with -0.0 as 0.0,
   any other type by its text. NaN is not valid (as null)."""
   typ = column.type
-  number = pa.types.is_integer(typ) or pa.types.is_floating(typ)
+  number = is_number(typ)
   if fn == "count_distinct" and not pa.types.is_floating(typ):
     values = column if (pa.types.is_integer(typ) or pa.types.is_string(typ) or
                         pa.types.is_large_string(typ)) else column.cast(pa.string())
