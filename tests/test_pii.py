@@ -21,7 +21,8 @@ import pytest
 
 from tests import online_store
 from tests.conftest import TAXI_SCHEMA, features, ingest, keyed_taxi_csv
-from transforms.spec import fingerprint
+from transforms.spec import fingerprint, pii
+from transforms.spec.errors import UsageError
 
 ENV, SECRET = "SKEWTRACE_TEST_PII_SECRET", "a-secret-never-written"
 PII = "key,company_id"
@@ -134,3 +135,15 @@ def test_a_pii_column_that_is_no_feature_is_refused_before_the_pipeline_runs(run
                       "--pii_columns", "key,fare_zz", "--pii_key_env", ENV,
                       "--transform_module", "transforms.taxi"])
   assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_without_the_key_says_where_it_is_missing(monkeypatch):
+  """The rule a Beam worker applies (Pii.hashed) names the variable and the workers'
+  environment when the key is not set there; with it set, equal values hash alike."""
+  rule = pii.Pii.parse("key", ENV)
+  monkeypatch.delenv(ENV, raising=False)
+  with pytest.raises(UsageError, match=f"'{ENV}' is not set in this worker's environment"):
+    rule.hashed(pa.array(["a"]))
+  monkeypatch.setenv(ENV, SECRET)
+  out = rule.hashed(pa.array(["a", None, "a"])).to_pylist()
+  assert out == [_hmac("a"), None, _hmac("a")]

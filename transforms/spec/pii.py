@@ -82,8 +82,13 @@ class Pii:
 
   def hashed(self, arr):
     """pa.string: each value of Arrow array `arr` as pii_hash (nulls stay null). One HMAC per
-    value in Python: PII columns are few, and HMAC-SHA256 has no vectorised Arrow kernel."""
-    secret = secret_from_env(self.key_env)
+    value in Python: PII columns are few, and HMAC-SHA256 has no vectorised Arrow kernel.
+    Runs where the log is written (a Beam worker): without the key there, the error says so."""
+    try:
+      secret = secret_from_env(self.key_env)
+    except UsageError as e:
+      raise UsageError(f"{e} in this worker's environment: on Dataflow or Flink every SDK "
+                       "worker needs it (docs/features.md, PII)") from None
     values = arr.to_pylist()
     return pa.array([None if v is None else pii_hash(v, secret) for v in values], pa.string())
 
