@@ -91,17 +91,19 @@ def _module(tmp_path, monkeypatch, name, aggregates):
 
 @pytest.mark.parametrize("case, message", [
     ("missing", r"no_such: not a TF Transform output \(no transform_fn/saved_model.pb"),
-    ("feature_log", r"feature_log: not a TF Transform output"),
+    ("feature_log", r"feature_log: not a TF Transform output \(no transform_fn/saved_model.pb\)$"),
+    ("run_folder", r"not a TF Transform output \(no transform_fn/saved_model.pb\); a features "
+                   r"run's output: pass .*/transform_fn$"),
     ("no_aggregate", r"its inputs do not match the dataset \+ aggregates: it takes input\(s\) "
                      r"area_trips_in_window that the dataset \+ aggregates lack$"),
     ("renamed", r"takes input\(s\) area_trips_in_window .*; it does not take trips$"),
-], ids=["missing", "feature_log", "no_aggregate", "renamed"])
+], ids=["missing", "feature_log", "run_folder", "no_aggregate", "renamed"])
 def test_transform_fn_dir_that_does_not_fit_is_a_one_line_usage_error(
     taxi_features, taxi_runs, tmp_path, monkeypatch, case, message):
   a = taxi_features["direct"]
   fn_dir = {"missing": str(tmp_path / "no_such"),
-            "feature_log": os.path.join(a, "feature_log")}.get(case, os.path.join(a,
-                                                                                 "transform_fn"))
+            "feature_log": os.path.join(a, "feature_log"),
+            "run_folder": a}.get(case, os.path.join(a, "transform_fn"))
   module = "transforms.taxi"
   if case == "no_aggregate":
     module = _module(tmp_path, monkeypatch, "taxi_no_aggregate", [])

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.graph import quiet
+from transforms.spec.feature_log import TRANSFORM_FN_DIR
 from transforms.spec.stages import PASSTHROUGH
 
 __all__ = ["to_tft_batch", "passthrough_keys", "from_tft", "transform_values", "feed_dtype",
@@ -114,10 +115,14 @@ def check_transform_fn(transform_fn_dir, arrow_types=None):
   (input_mismatch)."""
   tf = quiet.import_tensorflow()
   import tensorflow_transform as tft
+  root = transform_fn_dir.rstrip("/")
   for sub, name in ((tft.TFTransformOutput.TRANSFORM_FN_DIR, "saved_model.pb"),
                     (tft.TFTransformOutput.TRANSFORMED_METADATA_DIR, "schema.pbtxt")):
-    if not tf.io.gfile.exists(f"{transform_fn_dir.rstrip('/')}/{sub}/{name}"):
-      raise ValueError(f"not a TF Transform output (no {sub}/{name})")
+    if not tf.io.gfile.exists(f"{root}/{sub}/{name}"):
+      inner = f"{root}/{TRANSFORM_FN_DIR}"  # a features run's output folder holds one there
+      hint = (f"; a features run's output: pass {inner}" if tf.io.gfile.exists(
+          f"{inner}/{tft.TFTransformOutput.TRANSFORM_FN_DIR}/saved_model.pb") else "")
+      raise ValueError(f"not a TF Transform output (no {sub}/{name}){hint}")
   problem = None if arrow_types is None else input_mismatch(transform_fn_dir, arrow_types)
   if problem:
     raise ValueError(f"its inputs do not match the dataset + aggregates: {problem}")
