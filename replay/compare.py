@@ -75,9 +75,11 @@ class Partial:
   # kind -> [(xxh64 of key, key, entry dict)], at most samples_cap, smallest hash first
   samples: dict = dataclasses.field(default_factory=lambda: {k: [] for k in SAMPLE_KINDS})
   histograms: dict = dataclasses.field(default_factory=lambda: {s: {} for s in SIDES})
-  # aggregate -> [records, largest |d|, offline, production]: the noise records whose window
-  # fingerprint differs by float noise in that aggregate (kernels.window_noise)
+  # aggregate -> [records, largest |d|, offline, production]: the records whose window
+  # fingerprint differs by float noise in that aggregate alone (kernels.window_noise); those
+  # records in all (an aggregate of two can differ in one record)
   window_noise: dict = dataclasses.field(default_factory=dict)
+  window_noise_records: int = 0
 
 
 def empty(samples_cap=10):
@@ -130,7 +132,8 @@ def merge(a, b):
                       for n in sorted(set(a.histograms[s]) | set(b.histograms[s]))}
                   for s in SIDES},
       window_noise={n: _merge_window_noise(a.window_noise.get(n), b.window_noise.get(n))
-                    for n in sorted(set(a.window_noise) | set(b.window_noise))})
+                    for n in sorted(set(a.window_noise) | set(b.window_noise))},
+      window_noise_records=a.window_noise_records + b.window_noise_records)
 
 
 def feature_kind(typ):
@@ -288,13 +291,15 @@ def _compare_matched(part, o, p, context):
     served_any |= mask
   s_bad = serve_check & (serve_bad | ~served_any)
   model = t_bad | s_bad
-  # A window fingerprint that differs by float noise in an aggregate alone, in a record whose
-  # model inputs agree, is noise (its reason in the report), not a window difference.
+  # A window fingerprint that differs by float noise in an aggregate alone (no other stage
+  # before transform differs) is not a window difference: the record is noise, or divergent at
+  # the stage where what the model receives differs. The report gives the reason.
   w = RECORD_STAGES.index(WINDOW.name)
-  only_window = early[:, w] & (early.sum(axis=1) == 1) & ~model
+  only_window = early[:, w] & (early.sum(axis=1) == 1)
   aggregates = aggregates_of(sorted(set(o.schema.names) | set(p.schema.names)))
   window_noise, part.window_noise = kernels.window_noise(o, p, only_window, aggregates,
                                                          context.tolerance)
+  part.window_noise_records = int(np.count_nonzero(window_noise))
   early[window_noise, w] = False
   any_early = early.any(axis=1)
   rec["identical"] = int(np.count_nonzero(~any_early & t_eq & s_eq & ~window_noise))

@@ -159,11 +159,13 @@ def _fmt(x):
   return f"{x:.2g}"
 
 
-def noise_reasons(records, tolerance, analyzers, window_noise=None, values=True):
+def noise_reasons(records, tolerance, analyzers, window_noise=None, values=True,
+                  window_records=0):
   """Why the noise records are noise: the analyzers within float noise, windowed aggregates
-  within float noise (window_noise: compare.Partial's), the value tolerance (values: some
+  within float noise (window_noise: compare.Partial's, over window_records records, said even
+  when all of them are divergent at a later stage), the value tolerance (values: some
   transformed or served value differs within it)."""
-  if not records.get("noise"):
+  if not records.get("noise") and not window_noise:
     return []
   why = []
   noisy = [a for a in analyzers.get("analyzers", []) if a["verdict"] == "noise"]
@@ -177,11 +179,12 @@ def noise_reasons(records, tolerance, analyzers, window_noise=None, values=True)
     bound = (f"float noise |d| <= t(1 + |offline|), t = sqrt(N)*u = "
              f"{_fmt(default['noise']['float64'])} for float64 values" if "noise" in default
              else f"the given tolerance (abs {default['abs']}, rel {default['rel']})")
-    why.append("window fingerprints differ only by windowed aggregates within " + bound +
-               " (window bounds and counts equal; an online store that adds in another "
-               "order): " + "; ".join(
+    why.append(f"window fingerprints of {window_records} record(s) differ only by windowed "
+               f"aggregates within {bound} (window bounds and counts equal; an online store "
+               "that adds in another order): " + "; ".join(
                    f"{name} in {r} record(s), largest |d| {_fmt(d)} ({o!r} vs {q!r})"
-                   for name, (r, d, o, q) in sorted(window_noise.items())))
+                   for name, (r, d, o, q) in sorted(window_noise.items())) +
+               "; each is noise unless what the model receives differs, at that stage")
   if values and "noise" in default:
     n = default["noise"]
     why.append(f"transformed values within float noise |d| <= t(1 + |offline|), t = sqrt(N)*u "
@@ -196,14 +199,17 @@ def noise_reasons(records, tolerance, analyzers, window_noise=None, values=True)
 
 
 def _noise(partial, tol, analyzers):
-  """The report's noise: records, why, and per windowed aggregate whose float noise the window
-  fingerprint differs by, its records, largest |d| and that pair (offline, production)."""
+  """The report's noise: records, why, and where window fingerprints differ by aggregate float
+  noise alone, those records (window_records; noise unless their model inputs differ) and per
+  aggregate its records, largest |d| and that pair (offline, production)."""
   rec = partial.records
   values = any(f["within_tolerance"] or f["served_within_tolerance"]
                for f in partial.features.values())
   out = {"records": int(rec["noise"]),
-         "why": noise_reasons(rec, tol, analyzers, partial.window_noise, values)}
+         "why": noise_reasons(rec, tol, analyzers, partial.window_noise, values,
+                              partial.window_noise_records)}
   if partial.window_noise:
+    out["window_records"] = partial.window_noise_records
     out["aggregates"] = {name: {"records": int(r), "max_abs_delta": d, "largest": [o, q]}
                          for name, (r, d, o, q) in sorted(partial.window_noise.items())}
   return out

@@ -393,6 +393,7 @@ def test_a_mean_one_ulp_off_is_window_noise_and_a_count_one_off_is_not(runs):
   entry = report["noise"]["aggregates"]["company_mean_miles"]
   assert entry["records"] == noisy and list(report["noise"]["aggregates"]) == [
       "company_mean_miles"]
+  assert report["noise"]["window_records"] == noisy
   off, pro = entry["largest"]
   assert pro == float(np.nextafter(off, np.inf)) and entry["max_abs_delta"] == pro - off
   assert any("company_mean_miles in %d record(s)" % noisy in w for w in report["noise"]["why"])
