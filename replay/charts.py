@@ -45,6 +45,9 @@ def stage_chart(report):
   return "".join(svg)
 
 
+_SERVED = ("served_mismatch", "served_within_tolerance")
+
+
 def feature_chart(report):
   ranked = _ranked_features(report)
   if not ranked:
@@ -68,9 +71,12 @@ def feature_chart(report):
            f.get("within_tolerance", 0), f.get("offline_only", 0), f.get("production_only", 0),
            _pct(f.get("mismatch_rate")), _num(f.get("max_abs_delta")),
            _num(f.get("mean_abs_delta"))] for name, f in ranked]
-  return "".join(svg) + _table(
-      ["feature", "kind", "match", "mismatch", "within tol.", "offline only",
-       "production only", "mismatch rate", "max |Δ|", "mean |Δ|"], rows, "features")
+  head = ["feature", "kind", "match", "mismatch", "within tol.", "offline only",
+          "production only", "mismatch rate", "max |Δ|", "mean |Δ|"]
+  if any(f.get(c) for _, f in ranked for c in _SERVED):  # what the model got, where logged
+    head += ["served mismatch", "served within tol."]
+    rows = [r + [f.get(c, 0) for c in _SERVED] for r, (_, f) in zip(rows, ranked)]
+  return "".join(svg) + _table(head, rows, "features")
 
 
 def histograms(report):

@@ -224,7 +224,7 @@ def _what_differs(report):
   for error in report.get("evidence_errors", []):
     items.append(f"<li><strong>input evidence unavailable</strong>: {_e(error)}</li>")
   noise = report.get("noise", {})
-  if noise.get("records"):
+  if noise.get("records") or noise.get("window_records"):  # the reason, even if none is noise
     items.append(f"<li><strong>noise</strong>: {int(noise['records'])} records — "
                  f"{_e('; '.join(noise.get('why', [])))}</li>")
   out = ["<div class=\"explain\" id=\"what-differs\"><h2>What differs</h2>\n"]

@@ -297,6 +297,24 @@ def test_served_mismatches_are_named_in_the_text_summary():
   assert f"served {name}: 6 records the model got another value for (2 within tolerance)" in text
   other = sorted(report["features"])[1]
   assert f"served {other}:" not in text
+  # the page's feature table gains the served columns, with each feature's counts
+  table = charts.feature_chart(report)
+  assert "<th>served mismatch</th><th>served within tol.</th>" in table
+  row = table[table.index(f"<td>{name}</td>"):]
+  assert row[:row.index("</tr>")].endswith('<td class="n">6</td><td class="n">2</td>')
+  assert "served mismatch" not in charts.feature_chart(build_report(n_features=2))
+
+
+def test_window_float_noise_is_said_in_what_differs_even_when_no_record_is_noise():
+  report = build_report(n_features=2, divergent_by_stage={"serve": 6})
+  why = "window fingerprints of 4 record(s) differ only by windowed aggregates"
+  report["noise"] = {"records": 0, "why": [why], "window_records": 4}
+  block = render.render_html(report)
+  block = block[block.index('id="what-differs"'):]
+  assert f"<strong>noise</strong>: 0 records — {why}" in block[:block.index("</div>")]
+  report["noise"] = {"records": 0, "why": []}
+  page = render.render_html(report)
+  assert "<strong>noise</strong>" not in page
 
 
 def test_the_verdict_and_what_differs_come_first_with_a_worked_example():
