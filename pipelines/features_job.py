@@ -12,6 +12,7 @@ import traceback
 import uuid
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -82,6 +83,7 @@ def plan_features(opts, pool):
   try:
     manifest, columns, aggregates = _dataset_plan(opts, module)
     _check_event_time(opts, module, manifest, dict(columns))
+    _check_logged_counts(opts, manifest, aggregates)
     if opts.transform_fn_dir:
       check_transform_fn_dir(opts.transform_fn_dir, columns, aggregates)
   except (common.UsageError, KeyError, TypeError, ValueError, OSError):
@@ -159,9 +161,28 @@ def _check_event_time(opts, module, manifest, types):
     raise common.UsageError(f"--transform_module {opts.transform_module}: {e}") from None
 
 
+def _check_logged_counts(opts, manifest, aggregates):
+  """UsageError, naming the column and a value, unless every value of a logged count (a count
+  or count_distinct that serving logged in a FLOAT column, the type ingest gives a side column
+  --schema does not type) is a whole number: the window stage takes it as int64."""
+  types = {c["name"]: c["type"] for c in manifest["schema"]["columns"]}
+  by_name = {a["name"]: a for a in aggregates}
+  for column, name in sorted(side_of(manifest)["aggregates"].items()):
+    if window.output_type(by_name[name]) != pa.int64() or types[column] != schema.FLOAT:
+      continue
+    for values in read_event_column(opts.input_dir, manifest, column, pa.float64()):
+      f = values.to_numpy(zero_copy_only=False)
+      broken = ~np.isnan(f) & ~((np.floor(f) == f) & (np.abs(f) < 2.0 ** 53))
+      if broken.any():
+        bad = float(f[broken][0])
+        raise common.UsageError(f"logged aggregate column {column!r}: {bad!r} is not a whole "
+                                f"number, and {name} is a {by_name[name]['fn']}")
+
+
 def read_event_column(input_dir, manifest, column, arrow_type):
-  """The event-time column of an ingest dataset, one array per shard in manifest order: from
-  its Parquet shards (exact values), or from its TFRecord shards when it has no Parquet."""
+  """A column of an ingest dataset (the event time, a logged aggregate), one array per shard in
+  manifest order: from its Parquet shards (exact values), or from its TFRecord shards when it
+  has no Parquet."""
   shards = manifest["shards"]
   form = "parquet" if any(s["format"] == "parquet" for s in shards) else "tfrecord"
   for shard in (s for s in shards if s["format"] == form):

@@ -295,8 +295,9 @@ def plan_ingest(opts):
   if unknown:
     raise common.UsageError(f"--key_columns not in the input's columns: {', '.join(unknown)}"
                             + _hint(names, source))
-  side_columns = {**{c: schema.FLOAT for c in side["served"]},
-                  **{c: schema.INT for c in side["aggregates"]}}
+  # A side column --schema does not type is FLOAT: a served value, a mean, a sum, and a count
+  # too (exact up to 2**53; the features job checks it is whole before it runs).
+  side_columns = {c: schema.FLOAT for c in [*side["served"], *side["aggregates"]]}
   unknown = sorted(c for c in side_columns if c not in names)
   if unknown:
     raise common.UsageError(f"--served/--logged_aggregates column(s) not in the input's "

@@ -8,6 +8,7 @@ import datetime
 import numpy as np
 import pyarrow as pa
 
+from transforms.spec import event_time
 from transforms.spec import feature_log as log
 from transforms.spec import typing as cells
 from transforms.spec import values
@@ -66,7 +67,9 @@ def watermark_seconds(watermark):
 
 class AcceptRecords:
   """The caller's-thread checks of LogRows, over the attributes its __init__ sets: _names,
-  _name_set, _aggregates (names), _aggregate_set, _aggregate_types, _served, _feature_types."""
+  _name_set, _aggregates (names), _aggregate_set, _aggregate_types, _served, _feature_types,
+  _event, _event_format and _event_sources ({Python type: event_time.source_problem}, filled
+  as types are met)."""
 
   def accept(self, record, aggregates, served=None):
     """(a copy of the record, its aggregate values in declaration order, its served values in
@@ -85,7 +88,17 @@ class AcceptRecords:
       except cells.ScalarTypeError as e:
         name = next(n for n, v in record.items() if type(v) is typ)
         raise RecordError(f"column {name!r}: {e}") from None
+    when = record.get(self._event)
+    if type(when) not in self._event_sources:  # the Arrow type its values take, once a type
+      self._event_sources[type(when)] = event_time.source_problem(
+          cells.arrow_cells([when])[0][1].type, self._event_format)
+    self._event_problem(self._event_sources[type(when)])
     return dict(record), self._accept_aggregates(aggregates), self._accept_served(served)
+
+  def _event_problem(self, problem):
+    if problem:  # every record would be dropped at window: refused on the caller's thread
+      raise RecordError(f"column {self._event!r}, the event time: {problem}; log it as the "
+                        "offline data holds it")
 
   def _accept_served(self, served):
     if not served:
@@ -153,6 +166,10 @@ class AcceptRecords:
         cells.column_cells(pa.array([], table.schema.field(name).type))
       except ValueError as e:  # values.ScalarError: not a scalar of the canonical value model
         raise RecordError(f"column {name!r}: {e}") from None
+    if self._event in names:
+      typ = table.schema.field(self._event).type
+      self._event_problem(event_time.source_problem(
+          typ.value_type if pa.types.is_dictionary(typ) else typ, self._event_format))
     if not self._aggregates and aggregates:
       self._accept_aggregates(aggregates)  # the error for aggregates no module declares
     self._check_aggregate_names(aggregates or {} if self._aggregates else {})

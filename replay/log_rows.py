@@ -77,6 +77,7 @@ class LogRows(AcceptRecords):
     self._name_set = frozenset(self._names)
     self._key_columns = list(key_columns)
     self._event, self._event_format, self._event_zone = event
+    self._event_sources = {}
     self._aggregates = [a["name"] for a in aggregates]
     self._aggregate_types = {a["name"]: output_type(a) for a in aggregates}
     self._aggregate_set = frozenset(self._aggregates)

@@ -402,3 +402,29 @@ def test_a_mean_one_ulp_off_is_window_noise_and_a_count_one_off_is_not(runs):
   assert exact["records"]["noise"] == 0 and "aggregates" not in exact["noise"]
   assert exact["first_divergent_stage"]["window"] == noisy + counted
   assert exact["records"]["latent"] == noisy and exact["records"]["divergent"] == counted
+
+
+def test_online_aggregates_logged_beside_the_records_diff_clean_with_a_schema(runs, tmp_path):
+  """A serving log (JSON Lines) holding each record with its online store's mean and count,
+  ingested with the offline schema (which does not type the side columns) and transformed with
+  the offline transform_fn: every aggregate as the job computed it, 0 divergent."""
+  import json
+  from replay import api
+  records, aggregates = online_store.records_and_aggregates(runs["csv"], runs["offline"])
+  path = tmp_path / "serving.jsonl"
+  with open(path, "w", encoding="utf-8") as f:
+    for r, a in zip(records, aggregates):
+      cells = {k: None if v == "" else v for k, v in r.items()}  # JSON's null, CSV's ""
+      f.write(json.dumps(dict(cells, online_mean=a["company_mean_miles"],
+                              online_trips=a["area_trips"])) + "\n")
+  data = ingest(tmp_path / "d", "--num_shards", "2", "--schema", TAXI_SCHEMA, "--key_columns",
+                "trip_id", "--logged_aggregates",
+                "online_mean=company_mean_miles,online_trips=area_trips", inputs=str(path))
+  prod = features(data, tmp_path / "f", "--transform_module", runs["module"],
+                  "--transform_fn_dir", os.path.join(runs["offline"], "transform_fn"))
+  for agg in ("company_mean_miles", "area_trips"):
+    column = f"aggregate__{agg}"
+    assert _log(prod).column(column).equals(_log(runs["offline"]).column(column)), agg
+  report = api.diff(runs["offline"], prod, str(tmp_path / "diff")).to_dict()
+  assert report["records"]["divergent"] == 0 and report["records"]["latent"] == 0
+  assert report["records"]["matched_keys"] == len(records)

@@ -83,6 +83,23 @@ def test_naive_iso_in_another_zone_moves_exactly_the_windows_that_change():
   assert 0 < len(moved) < 400
 
 
+@pytest.mark.parametrize("typ, form, refused", [
+    (pa.timestamp("us", "UTC"), "seconds", False), (pa.date32(), "timestamp", False),
+    (pa.timestamp("s"), "iso8601", True), (pa.date32(), "ms", True),
+    (pa.timestamp("ns"), "ns", True), (pa.int64(), "iso8601", True),
+    (pa.float64(), "iso8601", True), (pa.int64(), "ms", False), (pa.string(), "ms", False),
+    (pa.large_binary(), "iso8601", False), (pa.null(), "iso8601", False)])
+def test_which_source_types_can_carry_each_event_time_form(typ, form, refused):
+  """A timestamp or date is its Unix seconds in the canonical value model (docs/fingerprint.md):
+  it can say "seconds" and "timestamp", not ISO-8601 text nor a count of ms/us/ns; a number
+  cannot say ISO-8601 text; text and null can say anything (the window stage judges them)."""
+  problem = event_time.source_problem(typ, form)
+  assert (problem is not None) == refused
+  if refused:
+    assert str(typ) in problem or "number" in problem
+    assert f"EVENT_TIME_FORMAT {form!r}" in problem
+
+
 def test_feature_log_event_time_is_unix_seconds():
   from transforms.stages import write_feature_log as fl
   batch = pa.record_batch({

@@ -163,6 +163,38 @@ def test_event_time_is_read_in_the_declared_format(offline, taxi, tmp_path):
   assert seconds == millis and len(seconds) == 300
 
 
+def test_an_event_time_value_that_cannot_say_the_declared_form_is_refused(offline, taxi,
+                                                                          tmp_path):
+  """A datetime is its Unix seconds in the canonical value model: logged for an event time
+  declared in seconds, it gives the windows of the integer; for one declared in ms, every
+  record would be dropped at window, so log() and log_table() refuse it, one line, nothing
+  accepted."""
+  from replay.log_accept import RecordError
+  records, aggs = _small(taxi, 200)
+  event = "trip_start_timestamp"
+  as_dt = [dict(r, **{event: datetime.datetime.fromtimestamp(int(r[event]), UTC)})
+           if r[event] else r for r in records]
+  assert sum(isinstance(r[event], datetime.datetime) for r in as_dt) > 150
+  with _logger(offline, tmp_path / "int") as logger:
+    logger.log_batch(records, aggs)
+  with _logger(offline, tmp_path / "datetime") as logger:
+    logger.log_batch(as_dt, aggs)
+  head = ["key", "event_time", "window_start", "window_end", "fp_window", "dropped_stage"]
+  logged = [_read_log(str(tmp_path / d)).select(head).sort_by("key").to_pylist()
+            for d in ("int", "datetime")]
+  assert logged[0] == logged[1] and len(logged[0]) == 200
+  message = (rf"column '{event}', the event time: a timestamp\[us, tz=UTC\] value is its Unix "
+             r"seconds in the canonical value model, not a count of ms \(EVENT_TIME_FORMAT 'ms'\)")
+  with _logger(offline, tmp_path / "ms", event_time_format="ms") as logger:
+    dated = next(i for i, r in enumerate(as_dt) if r[event] is not None)
+    with pytest.raises(RecordError, match=message + "; log it as the offline data holds it$"):
+      logger.log(as_dt[dated], aggs[dated])
+    with pytest.raises(RecordError, match=message):
+      logger.log_table(pa.Table.from_pylist(as_dt), {AGG: [a[AGG] for a in aggs]})
+    logger.log(records[dated], aggs[dated])  # the same value as a count: accepted
+    assert logger.stats()["accepted"] == 1
+
+
 def test_a_declaration_that_does_not_suit_the_column_is_a_usage_error(offline, tmp_path):
   with pytest.raises(common.UsageError, match="event time: .*'iso8601' needs text"):
     _logger(offline, tmp_path / "a", event_time_format="iso8601")

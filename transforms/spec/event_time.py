@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["FORMATS", "DEFAULT_FORMAT", "DEFAULT_ZONE", "PLAUSIBLE_YEARS", "EventTimeError",
-           "declaration", "check_declaration", "to_seconds", "check_values"]
+           "declaration", "check_declaration", "to_seconds", "check_values", "source_problem"]
 
 FORMATS = ("seconds", "ms", "us", "ns", "iso8601", "timestamp")
 DEFAULT_FORMAT, DEFAULT_ZONE = "seconds", "UTC"
@@ -60,6 +60,22 @@ def _type_ok(typ, form):
   if form == "iso8601":
     return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ)
   return pa.types.is_timestamp(typ) or pa.types.is_date(typ)
+
+
+def source_problem(typ, form):
+  """None when source cells of Arrow type `typ` can carry an event time of the declared form
+  through the canonical value model (spec/values.py), else why not, one phrase. A timestamp or
+  date is its Unix seconds there: right for "seconds" and "timestamp", not ISO-8601 text nor a
+  count of ms, us or ns; a number is not ISO-8601 text. Text and nulls always can (their values
+  are the window stage's to judge)."""
+  instant = pa.types.is_timestamp(typ) or pa.types.is_date(typ)
+  if instant and form not in ("seconds", "timestamp"):
+    return (f"a {typ} value is its Unix seconds in the canonical value model, not "
+            f"{_expected(form) if form == 'iso8601' else 'a count of ' + form} "
+            f"(EVENT_TIME_FORMAT {form!r})")
+  if form == "iso8601" and (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+    return f"a number is not ISO-8601 text (EVENT_TIME_FORMAT {form!r})"
+  return None
 
 
 def _expected(form):
