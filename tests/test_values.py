@@ -366,6 +366,15 @@ def test_check_values_errors_without_a_hint():
   assert "is not an instant of EVENT_TIME_FORMAT 'iso8601'" in \
       _one_line_error(pa.array(["2013-03-07T19:15:00Z", "noon"]), "iso8601")
   assert "'noon'" in _one_line_error(pa.array(["noon"]), "iso8601")
+  assert "Unix seconds" not in _one_line_error(pa.array(["noon"]), "iso8601")
+
+
+def test_check_values_says_where_digits_for_iso_text_come_from():
+  """A timestamp or number held in a text column is its Unix seconds (the canonical value)."""
+  for text in (str(T), f"{T}.5", f"-{T}"):
+    message = _one_line_error(pa.array([text]), "iso8601")
+    assert message.endswith("(Unix seconds: the text a timestamp or number in the source "
+                            "becomes; the source must hold the ISO-8601 text)"), text
 
 
 def test_check_values_accepts_plausible_instants():

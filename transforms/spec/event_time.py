@@ -166,8 +166,12 @@ def check_values(arr, column, form, zone=DEFAULT_ZONE):
   seconds, has, bad = to_seconds(arr, form, zone)
   if bad.any():
     i = int(np.flatnonzero(bad)[0])
-    raise EventTimeError(f"event time column {column!r}: {arr[i].as_py()!r} is not an instant "
-                         f"of EVENT_TIME_FORMAT {form!r}")
+    value = arr[i].as_py()
+    digits = form == "iso8601" and str(value).lstrip("-").replace(".", "", 1).isdigit()
+    raise EventTimeError(f"event time column {column!r}: {value!r} is not an instant of "
+                         f"EVENT_TIME_FORMAT {form!r}" + (
+                             " (Unix seconds: the text a timestamp or number in the source "
+                             "becomes; the source must hold the ISO-8601 text)" if digits else ""))
   wild = has & ((seconds < _LOW) | (seconds >= _HIGH))
   if wild.any():
     i = int(np.flatnonzero(wild)[0])
