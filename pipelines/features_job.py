@@ -171,12 +171,15 @@ def _check_logged_counts(opts, manifest, aggregates):
     if window.output_type(by_name[name]) != pa.int64() or types[column] != schema.FLOAT:
       continue
     for values in read_event_column(opts.input_dir, manifest, column, pa.float64()):
-      f = values.to_numpy(zero_copy_only=False)
-      broken = ~np.isnan(f) & ~((np.floor(f) == f) & (np.abs(f) < 2.0 ** 53))
+      valid = values.is_valid().to_numpy(zero_copy_only=False)
+      f = values.fill_null(0).to_numpy(zero_copy_only=False)
+      whole = np.isfinite(f) & (np.floor(f) == f)
+      broken = valid & ~(whole & (np.abs(f) < 2.0 ** 53))  # NaN too: it is not a count
       if broken.any():
-        bad = float(f[broken][0])
-        raise common.UsageError(f"logged aggregate column {column!r}: {bad!r} is not a whole "
-                                f"number, and {name} is a {by_name[name]['fn']}")
+        i = int(np.flatnonzero(broken)[0])
+        why = "is beyond 2**53" if whole[i] else "is not a whole number"
+        raise common.UsageError(f"logged aggregate column {column!r}: {float(f[i])!r} {why}, "
+                                f"and {name} is a {by_name[name]['fn']}")
 
 
 def read_event_column(input_dir, manifest, column, arrow_type):

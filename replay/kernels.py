@@ -129,10 +129,15 @@ def fp_equal(a, b):
 
 
 def values_equal(a, b):
-  """Per row of two aligned arrays: equal values, or null on both sides (bool[n])."""
+  """Per row of two aligned arrays: equal values, null on both sides, or NaN on both sides
+  (NaN equals NaN, as numeric_rows has it) (bool[n])."""
   same = pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False)
-  return same | (a.is_null().to_numpy(zero_copy_only=False) &
-                 b.is_null().to_numpy(zero_copy_only=False))
+  same |= (a.is_null().to_numpy(zero_copy_only=False) &
+           b.is_null().to_numpy(zero_copy_only=False))
+  if pa.types.is_floating(a.type) and pa.types.is_floating(b.type):
+    same |= pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False).to_numpy(
+        zero_copy_only=False)
+  return same
 
 
 def window_noise(o, p, rows, aggregates, tolerance):

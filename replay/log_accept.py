@@ -88,11 +88,11 @@ class AcceptRecords:
       except cells.ScalarTypeError as e:
         name = next(n for n, v in record.items() if type(v) is typ)
         raise RecordError(f"column {name!r}: {e}") from None
-    when = record.get(self._event)
-    if type(when) not in self._event_sources:  # the Arrow type its values take, once a type
-      self._event_sources[type(when)] = event_time.source_problem(
-          cells.arrow_cells([when])[0][1].type, self._event_format)
-    self._event_problem(self._event_sources[type(when)])
+    when = type(record.get(self._event))
+    if when not in self._event_sources:  # once a Python type: its class decides, not a value
+      self._event_sources[when] = event_time.source_problem(cells.arrow_class(when),
+                                                            self._event_format)
+    self._event_problem(self._event_sources[when])
     return dict(record), self._accept_aggregates(aggregates), self._accept_served(served)
 
   def _event_problem(self, problem):

@@ -182,7 +182,10 @@ def noise_reasons(records, tolerance, analyzers, window_noise=None, values=True,
     why.append(f"window fingerprints of {window_records} record(s) differ only by windowed "
                f"aggregates within {bound} (window bounds and counts equal; an online store "
                "that adds in another order): " + "; ".join(
-                   f"{name} in {r} record(s), largest |d| {_fmt(d)} ({o!r} vs {q!r})"
+                   f"{name} in {r} record(s), largest |d| {_fmt(d)} ({o!r} vs {q!r})" + (
+                       f", within its own tolerance abs {tolerance['features'][name]['abs']} "
+                       f"rel {tolerance['features'][name]['rel']}"
+                       if name in tolerance["features"] else "")
                    for name, (r, d, o, q) in sorted(window_noise.items())) +
                "; each is noise unless what the model receives differs, at that stage")
   if values and "noise" in default:

@@ -663,26 +663,27 @@ def _windowed(rows, bounds, means, counts):
 
 def test_a_window_fingerprint_moved_by_aggregate_float_noise_alone_is_noise():
   up = float(np.nextafter(2.5, np.inf))
-  keys = "abcdefgh"
-  off = _windowed([row(k) for k in keys], [(0, 60)] * 8, [2.5] * 6 + [None, 2.5], [4] * 8)
+  keys = "abcdefghi"
+  nan = float("nan")
+  off = _windowed([row(k) for k in keys], [(0, 60)] * 9, [2.5] * 6 + [None, 2.5, nan], [4] * 9)
   # a: the mean one ulp up (noise); b: the mean 1e-6 up (beyond noise); c: a bound differs;
   # d: the count differs too; e: nothing to show for the window fp; f: serialize differs too;
   # g: a mean on one side only; h: the mean one ulp up and a transformed value that differs
-  # (divergent at transform, not at window).
+  # (divergent at transform, not at window); i: NaN on both sides (equal: nothing to show).
   prod = _windowed([row(k, window=2) for k in "abcde"] + [
-      row("f", window=2, serialize=2), row("g", window=2), row("h", x=9.0, window=2)],
-      [(0, 60), (0, 60), (0, 61)] + [(0, 60)] * 5,
-      [up, 2.5 + 1e-6, 2.5, up, 2.5, up, 2.5, up], [4, 4, 4, 5, 4, 4, 4, 4])
+      row("f", window=2, serialize=2), row("g", window=2), row("h", x=9.0, window=2),
+      row("i", window=2)], [(0, 60), (0, 60), (0, 61)] + [(0, 60)] * 6,
+      [up, 2.5 + 1e-6, 2.5, up, 2.5, up, 2.5, up, nan], [4, 4, 4, 5, 4, 4, 4, 4, 4])
   ctx = Context(tolerance=tolerance.Tolerance().with_noise(100))
   p = compare.compare_bucket(off, prod, ctx)
-  assert nonzero(p.records) == {"matched_keys": 8, "noise": 1, "latent": 6, "divergent": 1}
-  assert nonzero(p.first_stage) == {"window": 6, "transform": 1}
-  assert p.stages["window"] == [0, 8]
+  assert nonzero(p.records) == {"matched_keys": 9, "noise": 1, "latent": 7, "divergent": 1}
+  assert nonzero(p.first_stage) == {"window": 7, "transform": 1}
+  assert p.stages["window"] == [0, 9]
   assert p.window_noise == {"m": [2, up - 2.5, 2.5, up]} and p.window_noise_records == 2
   assert "a" not in {s[1] for s in p.samples["latent"]}
   exact = compare.compare_bucket(off, prod, Context())
-  assert nonzero(exact.records) == {"matched_keys": 8, "latent": 7, "divergent": 1}
-  assert exact.first_stage["window"] == 8 and not exact.window_noise
+  assert nonzero(exact.records) == {"matched_keys": 9, "latent": 8, "divergent": 1}
+  assert exact.first_stage["window"] == 9 and not exact.window_noise
 
 
 def test_window_noise_merges_to_its_largest_pair_in_any_order():

@@ -88,7 +88,9 @@ def test_naive_iso_in_another_zone_moves_exactly_the_windows_that_change():
     (pa.timestamp("s"), "iso8601", True), (pa.date32(), "ms", True),
     (pa.timestamp("ns"), "ns", True), (pa.int64(), "iso8601", True),
     (pa.float64(), "iso8601", True), (pa.int64(), "ms", False), (pa.string(), "ms", False),
-    (pa.large_binary(), "iso8601", False), (pa.null(), "iso8601", False)])
+    (pa.large_binary(), "iso8601", False), (pa.null(), "iso8601", False),
+    (pa.decimal128(12, 2), "iso8601", True), (pa.decimal128(12, 2), "seconds", False),
+    (pa.bool_(), "seconds", True)])
 def test_which_source_types_can_carry_each_event_time_form(typ, form, refused):
   """A timestamp or date is its Unix seconds in the canonical value model (docs/fingerprint.md):
   it can say "seconds" and "timestamp", not ISO-8601 text nor a count of ms/us/ns; a number
@@ -96,8 +98,24 @@ def test_which_source_types_can_carry_each_event_time_form(typ, form, refused):
   problem = event_time.source_problem(typ, form)
   assert (problem is not None) == refused
   if refused:
-    assert str(typ) in problem or "number" in problem
+    assert str(typ) in problem or "number" in problem or "boolean" in problem
     assert f"EVENT_TIME_FORMAT {form!r}" in problem
+
+
+def test_a_python_type_has_one_arrow_class_whatever_its_value():
+  """The logger decides an event-time value by its Python type (replay/log_accept.py caches
+  it): an int beyond int64 is still a number, a zoned or naive datetime an instant."""
+  import decimal
+  from transforms.spec import typing as cells
+  want = {int: pa.float64(), float: pa.float64(), decimal.Decimal: pa.float64(),
+          np.int32: pa.float64(), np.float32: pa.float64(), bool: pa.bool_(),
+          datetime.datetime: pa.timestamp("s"), datetime.date: pa.timestamp("s"),
+          np.datetime64: pa.timestamp("s"), str: pa.string(), bytes: pa.string(),
+          type(None): pa.string()}
+  assert {t: cells.arrow_class(t) for t in want} == want
+  for value in (2 ** 64, 1_700_000_000, decimal.Decimal("NaN")):  # refused for ISO-8601 text
+    assert event_time.source_problem(cells.arrow_class(type(value)), "iso8601")
+  assert event_time.source_problem(cells.arrow_class(str), "iso8601") is None
 
 
 def test_feature_log_event_time_is_unix_seconds():

@@ -172,11 +172,15 @@ def test_a_logged_aggregate_the_module_does_not_compute_is_a_usage_error(offline
                           "offline.yaml"), "--transform_module", "transforms.taxi"])
 
 
-def test_a_logged_count_that_is_not_whole_is_refused_before_the_job_runs(offline, tmp_path):
+@pytest.mark.parametrize("value, why", [
+    (2.5, "2.5 is not a whole number"), ("NaN", "nan is not a whole number"),
+    (2.0 ** 53, "9007199254740992.0 is beyond 2**53")])
+def test_a_logged_count_that_is_not_whole_is_refused_before_the_job_runs(offline, tmp_path,
+                                                                         value, why):
   """A side column --schema does not type is FLOAT; the module's aggregate is a count, so every
   logged value must be whole: one line naming the column and the value, nothing written."""
   path = tmp_path / "serving.jsonl"
-  _write_log(path, offline[:20], lambda r: 0.5, lambda r: 2.5 if r is offline[7] else 1)
+  _write_log(path, offline[:20], lambda r: 0.5, lambda r: value if r is offline[7] else None)
   data = ingest(tmp_path / "d", "--num_shards", "1", "--schema", TAXI_SCHEMA,
                 "--logged_aggregates", f"{LOGGED}={AGGREGATE}", inputs=str(path))
   with open(os.path.join(data, "manifest.json"), encoding="utf-8") as f:
@@ -187,8 +191,7 @@ def test_a_logged_count_that_is_not_whole_is_refused_before_the_job_runs(offline
     job.run(["--input_dir", data, "--output_dir", str(tmp_path / "f"), "--profile",
              os.path.join(os.path.dirname(TAXI_SCHEMA), "..", "..", "profiles",
                           "offline.yaml"), "--transform_module", "transforms.taxi"])
-  assert str(e.value) == (f"logged aggregate column {LOGGED!r}: 2.5 is not a whole number, and "
-                          f"{AGGREGATE} is a count")
+  assert str(e.value) == f"logged aggregate column {LOGGED!r}: {why}, and {AGGREGATE} is a count"
   assert not (tmp_path / "f").exists()
 
 

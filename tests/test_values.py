@@ -371,7 +371,7 @@ def test_check_values_errors_without_a_hint():
 
 def test_check_values_says_where_digits_for_iso_text_come_from():
   """A timestamp or number held in a text column is its Unix seconds (the canonical value)."""
-  for text in (str(T), f"{T}.5", f"-{T}"):
+  for text in (str(T), f"{T}.5", f"-{T}", str(T).encode()):
     message = _one_line_error(pa.array([text]), "iso8601")
     assert message.endswith("(Unix seconds: the text a timestamp or number in the source "
                             "becomes; the source must hold the ISO-8601 text)"), text

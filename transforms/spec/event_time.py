@@ -13,6 +13,7 @@ milliseconds declared as seconds lands in the year 45,000 and is refused, so no 
 1,000x too small.
 """
 import datetime
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -67,13 +68,16 @@ def source_problem(typ, form):
   through the canonical value model (spec/values.py), else why not, one phrase. A timestamp or
   date is its Unix seconds there: right for "seconds" and "timestamp", not ISO-8601 text nor a
   count of ms, us or ns; a number is not ISO-8601 text. Text and nulls always can (their values
-  are the window stage's to judge)."""
+  are the window stage's to judge); a boolean is no instant."""
   instant = pa.types.is_timestamp(typ) or pa.types.is_date(typ)
+  if pa.types.is_boolean(typ):
+    return f"a boolean is not an instant (EVENT_TIME_FORMAT {form!r})"
   if instant and form not in ("seconds", "timestamp"):
     return (f"a {typ} value is its Unix seconds in the canonical value model, not "
             f"{_expected(form) if form == 'iso8601' else 'a count of ' + form} "
             f"(EVENT_TIME_FORMAT {form!r})")
-  if form == "iso8601" and (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+  number = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+  if form == "iso8601" and number:
     return f"a number is not ISO-8601 text (EVENT_TIME_FORMAT {form!r})"
   return None
 
@@ -167,7 +171,8 @@ def check_values(arr, column, form, zone=DEFAULT_ZONE):
   if bad.any():
     i = int(np.flatnonzero(bad)[0])
     value = arr[i].as_py()
-    digits = form == "iso8601" and str(value).lstrip("-").replace(".", "", 1).isdigit()
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    digits = form == "iso8601" and re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", text.strip())
     raise EventTimeError(f"event time column {column!r}: {value!r} is not an instant of "
                          f"EVENT_TIME_FORMAT {form!r}" + (
                              " (Unix seconds: the text a timestamp or number in the source "

@@ -34,8 +34,8 @@ import pyarrow.compute as pc
 
 from transforms.spec import schema, values
 
-__all__ = ["ScalarTypeError", "kind_of", "arrow_cells", "column_cells", "canonical_cells",
-           "type_cells", "cell_text"]
+__all__ = ["ScalarTypeError", "kind_of", "arrow_class", "arrow_cells", "column_cells",
+           "canonical_cells", "type_cells", "cell_text"]
 
 
 class ScalarTypeError(ValueError):
@@ -54,6 +54,19 @@ def kind_of(typ):
   if kind is None:
     kind = _KINDS[typ] = _classify(typ)
   return kind
+
+
+def arrow_class(typ):
+  """An Arrow type of the class arrow_cells gives every value of Python type `typ`, whatever
+  the value: float64 for a number (int, float, Decimal, a numpy number: an int beyond int64 is
+  still a number), bool, timestamp for an instant (datetime, date, numpy datetime64), string
+  for text, bytes and None. ScalarTypeError for a type that holds no scalar."""
+  kind = kind_of(typ)
+  if kind == _NUMPY:
+    kind = _DATETIME if issubclass(typ, np.datetime64) else _FLOAT
+  return {_INT: pa.float64(), _FLOAT: pa.float64(), _DECIMAL: pa.float64(),
+          _BOOL: pa.bool_(), _DATETIME: pa.timestamp("s"), _DATE: pa.timestamp("s")}.get(
+              kind, pa.string())
 
 
 def _classify(typ):
