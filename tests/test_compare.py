@@ -695,3 +695,19 @@ def test_window_noise_merges_to_its_largest_pair_in_any_order():
   assert compare.merge(compare.merge(a, b), c).window_noise == want
   assert compare.merge(c, compare.merge(b, a)).window_noise == want
   assert compare.merge(c, compare.merge(b, a)).window_noise_records == 2
+
+
+def test_the_window_noise_reason_names_the_bound_each_aggregate_was_held_to():
+  """Under the noise default the float64 bound; an aggregate with a tolerance of its own (a
+  --tolerance NAME=abs:rel) is said to be within that one."""
+  window = {"m": [3, 4e-16, 2.5, 2.5000000000000004], "s": [1, 0.01, 1.0, 1.01]}
+  tol = tolerance.Tolerance(features=(("s", 0.05, 0.0),)).with_noise(100).to_dict()
+  why = model.noise_reasons({"noise": 3}, tol, {}, window, values=False, window_records=3)
+  assert len(why) == 2 and why[1] == "per-feature tolerances: s abs 0.05 rel 0.0"
+  assert why[0].startswith("window fingerprints of 3 record(s) differ only by windowed "
+                           "aggregates within float noise |d| <= t(1 + |offline|), t = sqrt(N)*u "
+                           f"= {tolerance.noise_tau(64, 100):.2g} for float64 values")
+  assert "m in 3 record(s), largest |d| 4e-16 (2.5 vs 2.5000000000000004); " in why[0]
+  assert "s in 1 record(s), largest |d| 0.01 (1.0 vs 1.01), within its own tolerance abs 0.05 " \
+      "rel 0.0" in why[0]
+  assert model.noise_reasons({"noise": 0}, tol, {}, {}, values=False) == []
