@@ -173,6 +173,7 @@ def _diff_flags(config, offline, production, out):
           "tolerance": specs or None}
 
 
+
 def evaluate(report, thresholds):
   """The thresholds a report breaks, each as one sentence (empty: all held); UsageError when
   a threshold names a feature the report lacks."""
@@ -192,9 +193,15 @@ def evaluate(report, thresholds):
   if unknown:  # a misspelt threshold must not pass silently
     raise common.UsageError(f"thresholds name feature(s) the logs lack: {', '.join(unknown)}")
   for name, limit in thresholds["features"].items():
-    rate = report["features"][name]["mismatch_rate"]
+    f = report["features"][name]
+    rate = f["mismatch_rate"]
     if rate > limit:
       broken.append(f"feature {name}: mismatch rate {rate:.6g} > {limit:.6g}")
+    # where serving logged what it fed the model, that value's mismatches count alike
+    from replay.model import FEATURE_TOTAL  # here: the CLI's start-up imports no diff code
+    served = f.get("served_mismatch", 0) / max(1, sum(f.get(k, 0) for k in FEATURE_TOTAL))
+    if served > limit:
+      broken.append(f"feature {name}: served mismatch rate {served:.6g} > {limit:.6g}")
   for name, limit in thresholds["drift"].items():
     entry = report.get("drift", {}).get(name, {})
     value = entry.get("jensen_shannon", entry.get("linf", 0.0))

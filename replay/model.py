@@ -11,8 +11,10 @@ from replay import compare, drift
 from transforms.spec.stages import STAGES
 
 __all__ = ["REPORT_FORMAT", "Side", "Records", "FeatureSummary", "Cause", "Buckets", "Report",
-           "build_report", "divergent_fraction", "FAIL_ON", "UNEXPLAINED"]
+           "build_report", "divergent_fraction", "FAIL_ON", "UNEXPLAINED", "FEATURE_TOTAL"]
 
+# The records a feature's mismatch_rate (and the nightly check's served rate) is over.
+FEATURE_TOTAL = ("match", "mismatch", "within_tolerance", "offline_only", "production_only")
 FAIL_ON = ("divergent", "latent")  # what the exit code counts besides one-side-only records
 UNEXPLAINED = "not explained by configuration: a data or code difference"
 
@@ -69,8 +71,7 @@ class FeatureSummary(_Part):
 
   @classmethod
   def from_totals(cls, f):
-    total = (f["match"] + f["mismatch"] + f["within_tolerance"] + f["offline_only"] +
-             f["production_only"])
+    total = sum(f[k] for k in FEATURE_TOTAL)
     numeric = f["kind"] == "numeric"
     return cls(kind=f["kind"], match=f["match"], mismatch=f["mismatch"],
                within_tolerance=f["within_tolerance"], offline_only=f["offline_only"],

@@ -173,6 +173,17 @@ def test_evaluate_breaks_feature_and_drift_thresholds_by_name():
   assert check.evaluate(held, th) == []  # at the limit holds; no drift entry: nothing drifted
 
 
+def test_a_feature_threshold_counts_what_serving_fed_the_model():
+  """A feature whose transformed values all match but whose served values (what the model got)
+  differ in 3 of its 200 records breaks a 0.01 threshold: 3 / 200 = 0.015."""
+  th = {"divergent_fraction": 1.0, "stages": {}, "features": {"fare_z": 0.01}, "drift": {}}
+  report = _report(fare_z=(0.0, None))
+  report["features"]["fare_z"].update(match=190, within_tolerance=10, served_mismatch=3)
+  assert check.evaluate(report, th) == ["feature fare_z: served mismatch rate 0.015 > 0.01"]
+  report["features"]["fare_z"]["served_mismatch"] = 2  # 0.01: at the limit holds
+  assert check.evaluate(report, th) == []
+
+
 @pytest.mark.parametrize("make,message", [
     (lambda p: p.mkdir(), "is a folder, not an SQLite file"),
     (lambda p: p.write_text("not a database, a text file\n" * 200), "is not an SQLite file"),
