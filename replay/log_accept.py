@@ -90,8 +90,8 @@ class AcceptRecords:
         raise RecordError(f"column {name!r}: {e}") from None
     when = type(record.get(self._event))
     if when not in self._event_sources:  # once a Python type: its class decides, not a value
-      self._event_sources[when] = event_time.source_problem(cells.arrow_class(when),
-                                                            self._event_format)
+      self._event_sources[when] = event_time.source_problem(
+          cells.arrow_class(when), self._event_format, when.__name__)
     self._event_problem(self._event_sources[when])
     return dict(record), self._accept_aggregates(aggregates), self._accept_served(served)
 

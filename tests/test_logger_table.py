@@ -87,6 +87,7 @@ def test_a_float_aggregate_takes_numbers_and_nulls():
   rules = AcceptRecords()
   rules._name_set, rules._aggregates, rules._served = frozenset(["x"]), ["m"], []
   rules._aggregate_set, rules._aggregate_types = frozenset(["m"]), {"m": pa.float64()}
+  rules._event, rules._event_format, rules._event_sources = "x", "seconds", {}
   columns = rules.accept_table(pa.table({"x": [1, 2, 3]}), {"m": [1, None, 2.5]})
   assert columns.aggregates[0].to_pylist() == [1.0, None, 2.5]
   with pytest.raises(RecordError, match="numbers or nulls expected, got string"):

@@ -63,17 +63,18 @@ def _type_ok(typ, form):
   return pa.types.is_timestamp(typ) or pa.types.is_date(typ)
 
 
-def source_problem(typ, form):
+def source_problem(typ, form, what=None):
   """None when source cells of Arrow type `typ` can carry an event time of the declared form
   through the canonical value model (spec/values.py), else why not, one phrase. A timestamp or
   date is its Unix seconds there: right for "seconds" and "timestamp", not ISO-8601 text nor a
   count of ms, us or ns; a number is not ISO-8601 text. Text and nulls always can (their values
-  are the window stage's to judge); a boolean is no instant."""
+  are the window stage's to judge); a boolean is no instant. what: how the phrase names the
+  values' type (default: the Arrow type)."""
   instant = pa.types.is_timestamp(typ) or pa.types.is_date(typ)
   if pa.types.is_boolean(typ):
     return f"a boolean is not an instant (EVENT_TIME_FORMAT {form!r})"
   if instant and form not in ("seconds", "timestamp"):
-    return (f"a {typ} value is its Unix seconds in the canonical value model, not "
+    return (f"a {what or typ} value is its Unix seconds in the canonical value model, not "
             f"{_expected(form) if form == 'iso8601' else 'a count of ' + form} "
             f"(EVENT_TIME_FORMAT {form!r})")
   number = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
