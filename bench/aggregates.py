@@ -17,9 +17,10 @@ partitioning; pandas adds in arrival order.
 import argparse
 import os
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from ingest import best  # noqa: E402
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
@@ -39,15 +40,6 @@ PROFILE = profiles.parse_profile({
     "serialization": {"format": "parquet", "float_dtype": "float64"},
     "sampling": {"seed": 0, "fraction": 1.0}})
 GROUP, VALUE = "pickup_community_area", "fare"
-
-
-def best(fn, n=3):
-  times = []
-  for _ in range(n):
-    t = time.perf_counter()
-    out = fn()
-    times.append(time.perf_counter() - t)
-  return min(times), out
 
 
 def records(rows):

@@ -17,11 +17,11 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import ingest as ingest_bench  # noqa: E402
+from ingest import best  # noqa: E402
 sys.path.insert(0, ROOT)
 
 import pyarrow as pa  # noqa: E402
@@ -34,15 +34,6 @@ from transforms.spec import dataset as dataset_spec  # noqa: E402
 from transforms.spec.stages import KEY  # noqa: E402
 
 BUCKETS = 16
-
-
-def best(fn, n=3):
-  times = []
-  for _ in range(n):
-    t = time.perf_counter()
-    out = fn()
-    times.append(time.perf_counter() - t)
-  return min(times), out
 
 
 def main():

@@ -18,14 +18,14 @@ from pipelines import common
 from pipelines.features_flags import FeaturesFlags, FeaturesOptions
 
 __all__ = ["FeaturesOptions", "FeaturesFlags", "FeaturesPlan", "plan_features", "build_pipeline",
-           "load_profile_and_module", "check_transform_fn_dir", "read_event_column", "run_job",
+           "load_profile_and_module", "check_transform_fn_dir", "read_dataset_column", "run_job",
            "run"]
 
 # The job itself (pipelines/features_job.py) imports TensorFlow, TF Transform and tfx_bsl: it
 # is imported when the job runs, so --help and a flag error answer without them.
 _JOB = "pipelines.features_job"
 _JOB_NAMES = ("FeaturesPlan", "plan_features", "build_pipeline", "load_profile_and_module",
-              "check_transform_fn_dir", "read_event_column", "run_job", "LOG_INFO",
+              "check_transform_fn_dir", "read_dataset_column", "run_job", "LOG_INFO",
               "_check_key_columns")
 
 

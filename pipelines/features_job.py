@@ -43,7 +43,7 @@ from transforms.stages.window_records import DROPPED, WindowRecords
 from transforms.stages.write_feature_log import WriteFeatureLog, with_log_hash
 
 __all__ = ["FeaturesPlan", "plan_features", "build_pipeline", "load_profile_and_module",
-           "check_transform_fn_dir", "read_event_column", "run_job", "LOG_INFO"]
+           "check_transform_fn_dir", "read_dataset_column", "run_job", "LOG_INFO"]
 
 LOG_INFO = "_log.json"  # the buckets' infos, in the run's temp folder
 
@@ -155,7 +155,7 @@ def _check_event_time(opts, module, manifest, types):
   arrow_type = schema.ARROW_TYPES[types[column]]
   try:
     event_time.to_seconds(pa.array([], arrow_type), form, zone)  # the type suits the form
-    for values in read_event_column(opts.input_dir, manifest, column, arrow_type):
+    for values in read_dataset_column(opts.input_dir, manifest, column, arrow_type):
       event_time.check_values(values, column, form, zone)
   except event_time.EventTimeError as e:
     raise common.UsageError(f"--transform_module {opts.transform_module}: {e}") from None
@@ -170,7 +170,7 @@ def _check_logged_counts(opts, manifest, aggregates):
   for column, name in sorted(side_of(manifest)["aggregates"].items()):
     if window.output_type(by_name[name]) != pa.int64() or types[column] != schema.FLOAT:
       continue
-    for values in read_event_column(opts.input_dir, manifest, column, pa.float64()):
+    for values in read_dataset_column(opts.input_dir, manifest, column, pa.float64()):
       valid = values.is_valid().to_numpy(zero_copy_only=False)
       f = values.fill_null(0).to_numpy(zero_copy_only=False)
       whole = np.isfinite(f) & (np.floor(f) == f)
@@ -182,7 +182,7 @@ def _check_logged_counts(opts, manifest, aggregates):
                                 f"and {name} is a {by_name[name]['fn']}")
 
 
-def read_event_column(input_dir, manifest, column, arrow_type):
+def read_dataset_column(input_dir, manifest, column, arrow_type):
   """A column of an ingest dataset (the event time, a logged aggregate), one array per shard in
   manifest order: from its Parquet shards (exact values), or from its TFRecord shards when it
   has no Parquet."""

@@ -177,6 +177,7 @@ def _diff_flags(config, offline, production, out):
 def evaluate(report, thresholds):
   """The thresholds a report breaks, each as one sentence (empty: all held); UsageError when
   a threshold names a feature the report lacks."""
+  from replay.model import FEATURE_TOTAL  # here: the CLI's start-up imports no diff code
   broken = []
   total = report["divergent_fraction"]
   if total > thresholds["divergent_fraction"]:
@@ -198,7 +199,6 @@ def evaluate(report, thresholds):
     if rate > limit:
       broken.append(f"feature {name}: mismatch rate {rate:.6g} > {limit:.6g}")
     # where serving logged what it fed the model, that value's mismatches count alike
-    from replay.model import FEATURE_TOTAL  # here: the CLI's start-up imports no diff code
     served = f.get("served_mismatch", 0) / max(1, sum(f.get(k, 0) for k in FEATURE_TOTAL))
     if served > limit:
       broken.append(f"feature {name}: served mismatch rate {served:.6g} > {limit:.6g}")

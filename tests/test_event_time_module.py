@@ -242,11 +242,11 @@ def test_event_time_declarations_that_do_not_fit_are_usage_errors(rides, tmp_pat
 def test_event_column_reads_from_tfrecord_shards_when_there_is_no_parquet(rides):
   from pipelines import dataset
   manifest = dataset.load_manifest(rides)
-  parquet = pa.concat_arrays(list(job.read_event_column(rides, manifest, "ts_ms", pa.int64())))
+  parquet = pa.concat_arrays(list(job.read_dataset_column(rides, manifest, "ts_ms", pa.int64())))
   only_tfrecord = dict(manifest, shards=[s for s in manifest["shards"]
                                          if s["format"] == "tfrecord"])
   assert len(only_tfrecord["shards"]) == 2
-  tfrecord = pa.concat_arrays(list(job.read_event_column(rides, only_tfrecord, "ts_ms",
+  tfrecord = pa.concat_arrays(list(job.read_dataset_column(rides, only_tfrecord, "ts_ms",
                                                          pa.int64())))
   assert sorted(tfrecord.to_pylist()) == sorted(parquet.to_pylist()) and len(parquet) == ROWS
 
