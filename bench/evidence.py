@@ -1,4 +1,4 @@
-"""Benchmark: the diff's input evidence (replay/evidence.py) against a bare read of the dataset.
+"""Benchmark: the diff's input evidence (replay/diff/evidence.py) against a bare read of the dataset.
 
   python bench/evidence.py [--rows 1000000] [--shards 8]
 
@@ -29,7 +29,7 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from pipelines import dataset  # noqa: E402
-from replay import evidence  # noqa: E402
+from replay.diff import evidence  # noqa: E402
 from transforms.spec import dataset as dataset_spec  # noqa: E402
 from transforms.spec.stages import KEY  # noqa: E402
 

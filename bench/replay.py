@@ -58,7 +58,7 @@ with beam.Pipeline() as pl:
 # replay.diff's own time, from run() to its return (interpreter start and imports excluded).
 JOB_TIME = r'''
 import sys, time
-from replay import diff
+from replay.diff import job as diff
 start = time.monotonic()
 diff.run(sys.argv[1:])
 print(f"job seconds: {time.monotonic() - start:.4f}")

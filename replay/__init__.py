@@ -1,22 +1,18 @@
 """skewtrace replay: diff offline vs production feature logs, stage by stage.
 
-Modules (imported on use, so `import replay` costs nothing and never loads TensorFlow):
-  diff      python -m replay.diff, the Beam diff job (CLI, exit codes 0 / 1 / 2)
-  compare   pure comparison kernels over Arrow tables, the mergeable Partial;  kernels  its
-            vectorised row kernels (numeric deltas, deterministic samples)
-  tolerance the validated numeric tolerances
-  metadata  run-metadata comparison: suspected causes, equal and differing buckets
-  drift     mergeable histograms; L-infinity, Jensen-Shannon and PSI as TFDV defines them
-  model     the report model (frozen dataclasses, report.json's shape)
-  render    text and HTML renderers of a report;  charts  its SVG charts and formatters
-  analyzers the analyze stage compared numerically under float noise
-  evidence  the input columns of sampled records, from each side's dataset
+One sub-package per role, and at the top the jobs and entry points:
+  logger    the production logger, in serving's own process (imports no Beam, nothing of the
+            diff or the report)
+  diff      the diff engine: the Beam diff job (python -m replay.diff) and its pure kernels
+  report    the report model (report.json's shape) and its text and HTML renderers (no Beam)
   verify_log  a feature log's every row re-read and re-fingerprinted against its metadata
-  logger    the production-side feature logger;  log_rows  its stage rules;  log_accept
-            what it accepts;  log_files  its part and staging primitives;  logger_config  its
-            configuration from an offline run's metadata
-  check     the nightly skew check;  cli  the skewtrace console script
+            (skewtrace verify, with pipelines.verify for datasets)
+  rerun     one CSV, two profiles, features twice and the diff
+  check     the nightly skew check
+  cli       the skewtrace console script;  api  the jobs as Python functions
+
+Imports flow logger -> (nothing of replay); report -> (nothing of replay); diff -> report,
+verify_log; the jobs and entry points -> any (tests/test_import.py holds it). Modules are
+imported on use, so `import replay` costs nothing and never loads TensorFlow.
 """
-__all__ = ["analyzers", "api", "charts", "check", "cli", "compare", "diff", "drift", "evidence",
-           "kernels", "log_accept", "log_files", "log_rows", "logger", "logger_config",
-           "metadata", "model", "render", "rerun", "tolerance", "verify_log"]
+__all__ = ["api", "check", "cli", "diff", "logger", "report", "rerun", "verify_log"]

@@ -41,7 +41,7 @@ class Report:
     return json.loads(json.dumps(self._data))  # a copy the caller may change
 
   def summary(self):
-    from replay import render
+    from replay.report import render
     return render.render_text(self._data)
 
   def _repr_html_(self):
@@ -78,7 +78,7 @@ def _read_json(path):
 def diff(offline, production, output_dir, beam_args=(), **flags):
   """replay.diff on two feature-log folders; returns the Report it wrote to output_dir (the
   text the command prints is its summary(), not printed here)."""
-  from replay import diff as job
+  from replay.diff import job
   with contextlib.redirect_stdout(io.StringIO()):  # the text is the Report's summary()
     job.run(_argv(dict(offline=offline, production=production, output_dir=output_dir,
                        **flags), beam_args), save_main_session=False)

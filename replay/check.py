@@ -177,7 +177,8 @@ def _diff_flags(config, offline, production, out):
 def evaluate(report, thresholds):
   """The thresholds a report breaks, each as one sentence (empty: all held); UsageError when
   a threshold names a feature the report lacks."""
-  from replay.model import FEATURE_TOTAL  # here: the CLI's start-up imports no diff code
+  # Here: the CLI's start-up imports no report or diff code.
+  from replay.report.report_model import FEATURE_TOTAL
   broken = []
   total = report["divergent_fraction"]
   if total > thresholds["divergent_fraction"]:
@@ -236,12 +237,12 @@ def _history_row(night, report, broken, code, report_path):
 def check_threshold_features(thresholds, offline):
   """UsageError, before the diff runs, when a threshold names a feature the offline log lacks
   (its feature names from one part's Parquet footer)."""
-  from replay import metadata
+  from replay.diff import runs
   named = set(thresholds["features"]) | set(thresholds["drift"])
   if not named:
     return
-  meta = metadata.load(offline, "offline")
-  listed = metadata.listed_parts(meta, offline, "offline")
+  meta = runs.load(offline, "offline")
+  listed = runs.listed_parts(meta, offline, "offline")
   paths = [p for b in sorted(listed) for p in listed[b]][:1]
   if not paths:
     return  # an empty log: the diff reports it
@@ -302,7 +303,8 @@ def _beam_flags(argv):
 
 def run(argv=None):
   """Runs one night's check; returns 0 (thresholds held) or 1 (broken); UsageError -> 2."""
-  from replay import diff, render
+  from replay.diff import job as diff
+  from replay.report import render
   argv = list(argv or [])
   _, opts, out_opts = common.job_options(argv, CheckOptions, False)
   if not opts.config:

@@ -23,7 +23,7 @@ SUBCOMMANDS = {
                                        "fingerprint of every record after every stage."),
     "verify": ("replay.verify_log", "Check an ingest dataset against its manifest, or a "
                                     "feature log row by row against its run metadata."),
-    "diff": ("replay.diff", "Diff offline vs production feature logs; name each record's "
+    "diff": ("replay.diff.job", "Diff offline vs production feature logs; name each record's "
                             "first divergent stage."),
     "rerun": ("replay.rerun", "Ingest a CSV snapshot, run features under two profiles, and "
                               "diff them."),

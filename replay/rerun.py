@@ -27,7 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
 
 from pipelines import common, dataset, features, ingest
-from replay import diff
+from replay.diff import job as diff
 
 __all__ = ["RerunOptions", "run"]
 

@@ -1,109 +1,22 @@
-"""Verify a feature log (a pipelines.features output or a production logger's folder): every
-row re-read and re-fingerprinted against what its run metadata records.
+"""`skewtrace verify DIR`: an ingest dataset verified against its manifest (pipelines.verify), or
+a feature log (a pipelines.features output or a production logger's folder) with every row
+re-read and re-fingerprinted against its run metadata (replay/diff/integrity.py).
 
-  skewtrace verify DIR   (a feature-log folder here; an ingest dataset: pipelines.verify)
+  skewtrace verify DIR
   python -m replay.verify_log DIR
-  python -m replay.diff ... --verify_logs    (both sides, before the diff)
 
-The diff itself reads only the buckets whose digests differ and checks the others by their
-footers (replay/metadata.listed_parts, docs/replay.md). This reads every page of every listed
-part (Parquet page CRCs verified, feature_log.read_options) and checks, per bucket: its rows
-and dropped rows against the metadata; every stage digest recomputed from the rows
-(feature_log.stage_digests); and, for each kept record, fp_transform, fp__F and fp_serve
-recomputed from the values the log holds, by the same rule the writers use
-(fingerprint.fingerprint_fields, feature_log.model_inputs). A value byte that changed while its
-page still decodes (a log written without checksums) shows as a fingerprint that no longer
-matches. Returns the problems, one line each naming the file; none: the log is intact.
+Exit 0 intact, 1 damaged (each problem printed), 2 usage or not a dataset or log.
 """
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from replay import metadata
-from transforms.spec import feature_log, fingerprint
-from transforms.spec.errors import first_line
-from transforms.spec.stages import SERVE, TRANSFORM
+from replay.diff.integrity import verify
+from transforms.spec import run_metadata
 
 __all__ = ["verify", "is_log", "run"]
 
 
-def _read(paths):
-  tables = []
-  for path in paths:
-    with FileSystems.open(path, compression_type="uncompressed") as f:
-      tables.append(pq.read_table(f, **feature_log.read_options()))
-  return pa.concat_tables(tables, promote_options="permissive") if tables else None
-
-
-def _mismatch(kept, column, computed):
-  """How many kept rows' `column` differs from the `computed` fingerprints."""
-  stored = kept.column(column).combine_chunks().cast(pa.uint64())
-  return int(pc.sum(pc.fill_null(pc.not_equal(stored, pa.array(computed, pa.uint64())),
-                                 True)).as_py() or 0)
-
-
-def _bucket_problems(where, entry, table):
-  problems = []
-  if table.num_rows != entry["rows"]:
-    problems.append(f"{where}: {table.num_rows} rows, run_metadata.json says {entry['rows']}")
-  dropped = table.num_rows - table.column(feature_log.DROPPED_STAGE).null_count
-  if dropped != entry["dropped"]:
-    problems.append(f"{where}: {dropped} dropped rows, run_metadata.json says "
-                    f"{entry['dropped']}")
-  for stage, digest in feature_log.stage_digests(table).items():
-    if fingerprint.digest_hex(digest) != entry["digests"][stage]:
-      problems.append(f"{where}: the {stage} fingerprints of its rows do not add up to the "
-                      "digest run_metadata.json records")
-  kept = table.filter(pc.is_null(table.column(feature_log.DROPPED_STAGE)))
-  names = feature_log.features_of(kept.schema.names)
-  if not names or not kept.num_rows:
-    return problems
-  values = pa.table({n: kept.column(feature_log.value_column(n)) for n in names})
-  record_fp, feature_fps = fingerprint.fingerprint_fields(values)
-  checks = [(feature_log.fp_column(TRANSFORM.name), record_fp)]
-  checks += [(feature_log.feature_fp_column(n), feature_fps[n]) for n in names]
-  served = {f: kept.column(feature_log.served_column(f)).combine_chunks()
-            for f in feature_log.served_of(kept.schema.names)}
-  serve_fp = fingerprint.fingerprint_fields(feature_log.model_inputs(values, served))[0] \
-      if served else record_fp
-  checks.append((feature_log.fp_column(SERVE.name), serve_fp))
-  for column, computed in checks:
-    if column in kept.schema.names and (n := _mismatch(kept, column, computed)):
-      problems.append(f"{where}: {n} rows whose {column} is not the fingerprint of the "
-                      "values the log holds")
-  return problems
-
-
-def verify(directory):
-  """The problems of the feature log in `directory` (empty: intact). Raises UsageError when it
-  is not a feature-log folder at all."""
-  meta = metadata.load(directory, "log")
-  listed = metadata.listed_parts(meta, directory, "log")
-  problems = []
-  for entry in sorted(meta["log"]["buckets"], key=lambda b: int(b["bucket"])):
-    paths = listed[int(entry["bucket"])]
-    where = paths[0] if len(paths) == 1 else \
-        f"bucket {entry['bucket']} ({len(paths)} parts under {directory})"
-    try:
-      table = _read(paths)
-    except (OSError, pa.ArrowException) as e:
-      problems.append(f"{where}: not a readable Parquet file ({first_line(e)})")
-      continue
-    if table is None:
-      if entry["rows"]:
-        problems.append(f"{where}: no file, run_metadata.json says {entry['rows']} rows")
-      continue
-    try:
-      problems += _bucket_problems(where, entry, table)
-    except (KeyError, pa.ArrowException) as e:
-      problems.append(f"{where}: not a feature-log file ({e})")
-  return problems
-
-
 def is_log(directory):
   """Whether `directory` is a feature-log folder (it holds run_metadata.json)."""
-  from transforms.spec import run_metadata
   return FileSystems.exists(FileSystems.join(directory, run_metadata.FILE))
 
 

@@ -6,7 +6,8 @@ import os
 import pytest
 
 from pipelines import common
-from replay import api, diff
+from replay import api
+from replay.diff import job as diff
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
 
 

@@ -118,7 +118,7 @@ def test_tensorflow_loads_without_its_native_start_up_lines():
 def test_a_bad_flag_value_is_one_line_not_argparse_usage(flags, message, capsys, tmp_path):
   """argparse prints its whole usage (200 lines of Beam flags) before exiting; the jobs raise
   one UsageError naming the flag instead, and print nothing."""
-  from replay import diff
+  from replay.diff import job as diff
   with pytest.raises(common.UsageError, match=message):
     diff.run(["--offline", str(tmp_path), "--production", str(tmp_path), "--output_dir",
               str(tmp_path / "out")] + flags)

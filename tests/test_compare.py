@@ -10,8 +10,13 @@ import pytest
 import xxhash
 
 from pipelines.common import UsageError
-from replay import compare, drift, kernels, metadata, model, tolerance
-from replay.compare import Context
+from replay.diff import compare
+from replay.diff import drift
+from replay.diff import kernels
+from replay.diff import runs as metadata
+from replay.report import report_model as model
+from replay.diff import tolerance
+from replay.diff.compare import Context
 from transforms.spec import fingerprint, run_metadata, stages
 
 STAGE_FPS = ("raw", "parse", "window", "shard", "serialize")
@@ -599,7 +604,7 @@ def _analyzer(values, dtype="float32", fp=None):
 
 
 def test_analyzers_compare_numerically_under_float_noise():
-  from replay import analyzers
+  from replay.diff import analyzers
   mean = float(np.float32(5.665441513061523))
   ulp = float(np.nextafter(np.float32(mean), np.float32(6)))
   base = {"fingerprint": "f0", "analyzers": {"m": _analyzer([mean]), "n": _analyzer([3], "int64"),

@@ -22,7 +22,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from pipelines import common
 from pipelines.common import UsageError
-from replay import diff
+from replay.diff import job as diff
 from tests.conftest import ROOT
 from transforms.spec import feature_log, fingerprint
 

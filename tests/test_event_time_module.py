@@ -103,7 +103,7 @@ def test_which_source_types_can_carry_each_event_time_form(typ, form, refused):
 
 
 def test_a_python_type_has_one_arrow_class_whatever_its_value():
-  """The logger decides an event-time value by its Python type (replay/log_accept.py caches
+  """The logger decides an event-time value by its Python type (replay/logger/accept.py caches
   it): an int beyond int64 is still a number, a zoned or naive datetime an instant."""
   import decimal
   from transforms.spec import typing as cells

@@ -62,7 +62,7 @@ def _log(root):
 
 
 def _diff(offline, production, out, *flags):
-  from replay import diff
+  from replay.diff import job as diff
   code = diff.run(["--offline", offline, "--production", production, "--output_dir", str(out)]
                   + list(flags))
   with open(os.path.join(str(out), "report.json")) as f:
@@ -504,7 +504,7 @@ def test_11_two_faults_at_once_are_attributed_to_the_earlier_stage(keyed):
 def test_input_text_is_compared_by_the_raw_stages_rule():
   """Evidence compares input cells as the raw stage does, by canonical text: "1.50" and "1.5"
   are one value, "2" and "3" are not; computed here on two sides of text columns."""
-  from replay import evidence
+  from replay.diff import evidence
   off = pa.table({"__key__": pa.array(["a", "b"], pa.large_string()),
                   "km": ["1.50", "2"], "city": ["Nice", "Metz"]})
   prod = pa.table({"__key__": pa.array(["a", "b"], pa.large_string()),

@@ -1,5 +1,6 @@
 """The public surface of each package imports and names what it exports, and imports flow one
-way: codec -> spec -> graph, beam -> stages, features -> pipelines -> replay, with no cycles."""
+way: codec -> spec -> graph, beam -> stages, features -> pipelines -> replay, with no cycles;
+inside replay, each room imports only what its __init__ docstring allows."""
 import ast
 import importlib
 import os
@@ -10,11 +11,21 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGES = ["manifests", "transforms", "transforms.codec", "transforms.spec", "transforms.graph",
-            "transforms.beam", "transforms.stages", "transforms.features", "pipelines", "replay"]
+            "transforms.beam", "transforms.stages", "transforms.features", "pipelines", "replay",
+            "replay.logger", "replay.report", "replay.diff"]
 # The layer of each package: a module may import modules of its own layer or below only.
 LAYERS = {"manifests": 0, "transforms.codec": 0, "transforms.spec": 1, "transforms.graph": 2,
           "transforms.beam": 2, "transforms.stages": 3, "transforms.features": 3,
-          "transforms": 3, "pipelines": 4, "replay": 5}
+          "transforms": 3, "pipelines": 4, "replay.logger": 5, "replay.report": 5,
+          "replay.diff": 6, "replay": 7}
+# replay's rooms: the project packages each may import (its own included), as their __init__
+# docstrings say. The logger runs in serving's process: no Beam (pipelines, transforms.beam and
+# transforms.stages import it), nothing of the diff or the report.
+ROOMS = {
+    "replay.logger": ("transforms.spec", "transforms.codec", "transforms.graph", "replay.logger"),
+    "replay.report": ("transforms.spec", "replay.report"),
+    "replay.diff": ("transforms", "pipelines", "replay.diff", "replay.report"),
+}
 
 
 def _modules():
@@ -24,7 +35,7 @@ def _modules():
     path = os.path.join(ROOT, *package.split("."))
     out[package] = os.path.join(path, "__init__.py")
     for info in pkgutil.iter_modules([path]):
-      if not info.ispkg:
+      if not info.ispkg and info.name != "__main__":  # python -m PACKAGE, an entry point
         out[f"{package}.{info.name}"] = os.path.join(path, info.name + ".py")
   return out
 
@@ -64,10 +75,15 @@ def test_module_exports_exist(name):
 
 
 def test_packages_name_their_modules():
+  """A package's __all__ names each of its modules and sub-packages; anything else it names
+  (replay.logger's ProductionLogger) is an attribute it imports, not a missing module."""
   for package in PACKAGES[1:]:
-    listed = set(importlib.import_module(package).__all__)
+    module = importlib.import_module(package)
+    listed = set(module.__all__)
     own = {m.rpartition(".")[2] for m in MODULES if m.rpartition(".")[0] == package}
-    assert listed == own, package
+    assert own <= listed, (package, own - listed)
+    assert all(not isinstance(getattr(module, name, None), type(importlib)) and
+               hasattr(module, name) for name in listed - own), package
 
 
 def test_imports_flow_one_way():
@@ -96,6 +112,30 @@ def test_import_graph_has_no_cycle():
 
   for node in sorted(graph):
     visit(node, [])
+
+
+def _room(module):
+  return next((room for room in ROOMS if module == room or module.startswith(room + ".")), None)
+
+
+def _outside_room(name, path):
+  room = _room(name)
+  return sorted(t for t in _project_imports(path) if room and not any(
+      t == allowed or t.startswith(allowed + ".") for allowed in ROOMS[room]))
+
+
+def test_each_replay_room_imports_only_what_it_may():
+  wrong = {name: bad for name, path in MODULES.items() if (bad := _outside_room(name, path))}
+  assert not wrong, wrong
+
+
+def test_the_room_test_fails_on_a_forbidden_import(tmp_path):
+  path = tmp_path / "m.py"
+  path.write_text("from replay.diff import compare\nfrom transforms.spec import stages\n")
+  assert _outside_room("replay.logger.rows", str(path)) == ["replay.diff", "replay.diff.compare"]
+  assert _outside_room("replay.report.render", str(path)) == ["replay.diff",
+                                                              "replay.diff.compare"]
+  assert _outside_room("replay.diff.job", str(path)) == []
 
 
 def test_the_layer_test_fails_on_an_upward_import(tmp_path):

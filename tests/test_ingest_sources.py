@@ -127,7 +127,7 @@ def test_every_shape_ingests_to_the_csv_datasets_fingerprints(shape, shapes, tax
 
 def test_jsonl_production_diffs_clean_and_a_key_sample_is_not_served(shapes, taxi_features,
                                                                      tmp_path):
-  from replay import diff
+  from replay.diff import job as diff
   path, _ = shapes["jsonl"]
   data = ingest(tmp_path / "d", "--num_shards", "4", "--schema", TAXI_SCHEMA, inputs=path)
   prod = features(data, tmp_path / "f")
@@ -142,7 +142,7 @@ def test_jsonl_production_diffs_clean_and_a_key_sample_is_not_served(shapes, tax
 
 
 def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
-  from replay import compare
+  from replay.diff import compare
   from transforms.spec.feature_log import DROPPED_STAGE, KEY
 
   def side(keys):
@@ -323,7 +323,7 @@ def test_another_ingest_shard_count_is_float_noise_named_at_analyze(taxi_runs, t
   defaults every record whose transform moved is noise (0 divergent, exit 0), the analyzers
   are named as noise and the shard count as the cause at analyze; --abs_tol 0 --rel_tol 0
   makes the same records divergent at analyze."""
-  from replay import diff
+  from replay.diff import job as diff
   data = ingest(tmp_path / "d", "--num_shards", "3", "--schema", TAXI_SCHEMA)
   assert _manifest(data)["content_digest"] == _manifest(taxi_runs["direct"])["content_digest"]
   prod = features(data, tmp_path / "f")

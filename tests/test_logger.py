@@ -293,7 +293,7 @@ def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
   shutil.copy(part, orphan)
   shutil.copy(part, part.replace(".parquet", ".parquet.tmp"))
   # The diff reads such a log at once, before any logger resumes it: the listed parts only.
-  from replay import diff
+  from replay.diff import job as diff
   diff.run(["--offline", offline, "--production", log_dir, "--output_dir",
             str(tmp_path / "diff")])
   with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
@@ -460,7 +460,7 @@ def test_a_failure_on_the_worker_is_raised_to_the_caller(offline, taxi, tmp_path
 
 
 def test_replay_diff_finds_no_divergent_record(offline, production, taxi, tmp_path):
-  from replay import diff
+  from replay.diff import job as diff
   assert diff.run(["--offline", offline, "--production", production,
                    "--output_dir", str(tmp_path / "full")]) == 0
   report = json.load(open(tmp_path / "full" / "report.json", encoding="utf-8"))
@@ -502,7 +502,7 @@ def test_a_wrong_online_aggregate_is_at_window_and_not_explained_by_configuratio
     offline, taxi, tmp_path):
   """Serving's online store counts one trip too many for every 7th record: those records part
   at window, the model sees another count, and no configuration difference explains it."""
-  from replay import diff
+  from replay.diff import job as diff
   records, aggs = _small(taxi, 700)
   wrong = [dict(a) for a in aggs]
   for i in range(0, len(wrong), 7):

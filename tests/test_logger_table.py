@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from replay.log_rows import RecordError
+from replay.logger.rows import RecordError
 from tests import online_store
 from tests.conftest import TAXI_CSV
 from tests.test_logger import _assert_logs_as_offline, _logger
@@ -83,7 +83,7 @@ def test_what_log_table_refuses_is_one_line(offline, taxi, tmp_path, edit, messa
 
 
 def test_a_float_aggregate_takes_numbers_and_nulls():
-  from replay.log_accept import AcceptRecords
+  from replay.logger.accept import AcceptRecords
   rules = AcceptRecords()
   rules._name_set, rules._aggregates, rules._served = frozenset(["x"]), ["m"], []
   rules._aggregate_set, rules._aggregate_types = frozenset(["m"]), {"m": pa.float64()}

@@ -169,7 +169,7 @@ def test_an_event_time_value_that_cannot_say_the_declared_form_is_refused(offlin
   declared in seconds, it gives the windows of the integer; for one declared in ms, every
   record would be dropped at window, so log() and log_table() refuse it, one line, nothing
   accepted."""
-  from replay.log_accept import RecordError
+  from replay.logger.accept import RecordError
   records, aggs = _small(taxi, 200)
   event = "trip_start_timestamp"
   as_dt = [dict(r, **{event: datetime.datetime.fromtimestamp(int(r[event]), UTC)})

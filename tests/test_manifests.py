@@ -11,7 +11,8 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
-from replay import check, cli
+from replay import check
+from replay import cli
 from tests.conftest import ROOT
 
 DEPLOY = os.path.join(ROOT, "manifests", "deploy")
@@ -91,7 +92,7 @@ def test_nightly_config_in_the_cronjob_validates():
   config_map = _yaml_docs("nightly-cronjob.yaml")[0]
   config = check.load_config(config_map["data"]["nightly.yaml"])
   assert config["thresholds"]["divergent_fraction"] == 0.001
-  from replay import diff  # beam_args go to the diff
+  from replay.diff import job as diff  # beam_args go to the diff
   common.parse_options(config["beam_args"], [diff.DiffOptions, common.OutputOptions])
 
 

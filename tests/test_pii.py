@@ -51,7 +51,7 @@ def runs(tmp_path_factory):
     with ProductionLogger.from_features_dir(offline, prod, pii_columns=PII.split(","),
                                             pii_key_env=ENV, log_inputs=True) as logger:
       logger.log_batch(records, aggregates)
-    from replay import diff
+    from replay.diff import job as diff
     code = diff.run(["--offline", offline, "--production", prod, "--output_dir",
                      str(d / "diff"), "--samples", "20"])
   finally:

@@ -99,7 +99,7 @@ def test_ingest_and_features_on_the_job_service_equal_direct_runner(job_service,
 
 
 def test_diff_on_the_job_service_equals_direct_runner(job_service, taxi_features, tmp_path):
-  from replay import diff
+  from replay.diff import job as diff
   from tests import logfaults
   production = str(tmp_path / "production")
   moved = logfaults.edit_log(taxi_features["direct"], production, logfaults.window_shift(100))
@@ -128,7 +128,7 @@ STANDARD_LEAVES = {"beam:transform:pardo:v1", "beam:transform:group_by_key:v1",
 def _built(job, runner_flags, tmp_path, ingest_dir, features_dir):
   """The un-run pipeline of `job` ('ingest', 'features' or 'diff') for the runner flags."""
   from pipelines import features, ingest
-  from replay import diff
+  from replay.diff import job as diff
   if job == "diff":
     from tests import logfaults
     production = str(tmp_path / "production")

@@ -1,7 +1,8 @@
-"""replay.render on hand-made report dicts: structure, escaping, self-containment, size, determinism."""
+"""replay.report.render on hand-made report dicts: structure, escaping, self-containment, size, determinism."""
 import re
 
-from replay import charts, render
+from replay.report import charts
+from replay.report import render
 
 STAGES = ["raw", "parse", "window", "shard", "serialize", "analyze", "transform"]
 

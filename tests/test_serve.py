@@ -76,7 +76,7 @@ def _production(tmp_path, records, served, logged, *flags, features_flags=()):
 
 
 def _diff(offline_dir, production_dir, out):
-  from replay import diff
+  from replay.diff import job as diff
   code = diff.run(["--offline", offline_dir, "--production", production_dir,
                    "--output_dir", str(out)])
   with open(out / "report.json", encoding="utf-8") as f:

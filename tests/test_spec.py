@@ -19,8 +19,8 @@ SPEC_MODULES = ["transforms.spec." + m for m in
 # inside their functions), the production logger and its rules, the report renderer.
 BEAM_FREE = SPEC_MODULES + ["transforms.codec." + m for m in
                             ("arrow_buffers", "csv_records", "tfrecord", "xxh64")] + [
-    "transforms.graph.feed", "transforms.graph.analyze", "replay.log_rows", "replay.logger",
-    "replay.render", "manifests"]
+    "transforms.graph.feed", "transforms.graph.analyze", "replay.logger.rows", "replay.logger",
+    "replay.report.render", "manifests"]
 
 
 def _loaded_after(modules):
@@ -56,22 +56,22 @@ def test_offline_stages_and_logger_hold_the_same_rule_objects():
   from transforms.spec import feature_log, key, run_metadata, serialize, shard, stages, window
   offline_and_logger = [
       # rule object: (the offline module(s) that apply it, the logger module that applies it)
-      (stages.RAW, ("transforms.stages.type_rows", "replay.log_rows")),
-      (stages.PARSE, ("transforms.stages.type_rows", "replay.log_rows")),
-      (key.key_batch, ("transforms.stages.key_rows", "replay.log_rows")),
-      (key.content_keys, ("transforms.stages.write_shards", "replay.log_rows")),
-      (window.assign_windows, ("transforms.stages.window_records", "replay.log_rows")),
-      (stages.WINDOW, ("transforms.spec.window", "replay.log_rows")),
+      (stages.RAW, ("transforms.stages.type_rows", "replay.logger.record_stages")),
+      (stages.PARSE, ("transforms.stages.type_rows", "replay.logger.record_stages")),
+      (key.key_batch, ("transforms.stages.key_rows", "replay.logger.keys")),
+      (key.content_keys, ("transforms.stages.write_shards", "replay.logger.keys")),
+      (window.assign_windows, ("transforms.stages.window_records", "replay.logger.record_stages")),
+      (stages.WINDOW, ("transforms.spec.window", "replay.logger.rows")),
       (shard.sample_batch, ("transforms.stages.shard_records", None)),
-      (shard.sample_mask, ("transforms.spec.shard", "replay.log_rows")),
-      (shard.shard_ids, ("transforms.spec.shard", "replay.log_rows")),
-      (stages.SHARD, ("transforms.spec.shard", "replay.log_rows")),
-      (serialize.round_trip, ("transforms.spec.serialize", "replay.log_rows")),
-      (stages.SERIALIZE, ("transforms.spec.serialize", "replay.log_rows")),
+      (shard.sample_mask, ("transforms.spec.shard", "replay.logger.rows")),
+      (shard.shard_ids, ("transforms.spec.shard", "replay.logger.live")),
+      (stages.SHARD, ("transforms.spec.shard", "replay.logger.live")),
+      (serialize.round_trip, ("transforms.spec.serialize", "replay.logger.live")),
+      (stages.SERIALIZE, ("transforms.spec.serialize", "replay.logger.live")),
       (feed.to_tft_batch, ("transforms.stages.transform_records", "transforms.graph.feed")),
-      (feature_log, ("transforms.stages.write_feature_log", "replay.logger")),
+      (feature_log, ("transforms.stages.write_feature_log", "replay.logger.parts")),
       (feature_log.HEAD, ("transforms.stages.write_feature_log", None)),
-      (run_metadata, ("pipelines.features_job", "replay.logger")),
+      (run_metadata, ("pipelines.features_job", "replay.logger.metadata")),
   ]
   for obj, modules in offline_and_logger:
     wanted = [m for m in modules if m]
@@ -86,7 +86,7 @@ def test_a_restated_rule_is_not_the_same_object():  # the identity check can fai
   import dataclasses
   from transforms.spec import stages
   copy = dataclasses.replace(stages.WINDOW)
-  assert copy == stages.WINDOW and not _holders(copy, ["replay.log_rows"])
+  assert copy == stages.WINDOW and not _holders(copy, ["replay.logger.rows"])
 
 
 # Names and tags defined in the spec; outside it, code (not docstrings) must ask the spec.

@@ -9,7 +9,7 @@ import pytest
 
 from pipelines import common
 from pipelines import features as job
-from replay import diff
+from replay.diff import job as diff
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
 
 OFFLINE = os.path.join(ROOT, "profiles", "offline.yaml")

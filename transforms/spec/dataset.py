@@ -33,7 +33,7 @@ def rejected_row(path, line, raw, reason):
 
 # What traffic a dataset or a production log holds: "all" of it, or "partial" (a sampled serving
 # log, a log of some keys). The manifest records it (ingest --coverage), the run metadata carries
-# it on (pipelines.features, the logger) and the diff reads it (replay/diff.py --scope).
+# it on (pipelines.features, the logger) and the diff reads it (replay/diff/job.py --scope).
 COVERAGE_KINDS = ("all", "partial")
 
 

@@ -1,7 +1,7 @@
 """The stages, in pipeline order, and each stage's rule as data: the column its per-record
 fingerprint rides in, the fields that fingerprint covers, and the reasons it drops a record.
 
-The offline composites (transforms/stages/), the production logger (replay/log_rows.py) and the
+The offline composites (transforms/stages/), the production logger (replay/logger/rows.py) and the
 diff read these objects; none restates a field list, a column name or a reason. docs/features.md
 describes each stage.
 

@@ -5,7 +5,7 @@ The run metadata carry every analyzer output's fingerprint and, for numeric outp
   equal      fingerprints equal
   noise      float values of the same dtype and shape whose largest relative difference
              max |p - o| / max(|o|, |p|) is at most tau = sqrt(N) * u of the dtype (N the
-             records analysed; replay/tolerance.py derives it): another shard count, bundle
+             records analysed; replay/diff/tolerance.py derives it): another shard count, bundle
              split or runner reorders TFT's float sums and moves them by about that much
   differs    anything else: values beyond tau, integer or vocabulary outputs that differ, other
              dtypes or shapes, outputs whose values are not recorded (more than 64)
@@ -18,7 +18,7 @@ other way round.
 """
 import math
 
-from replay import tolerance
+from replay.diff import tolerance
 
 __all__ = ["compare", "STATES", "VERDICTS"]
 

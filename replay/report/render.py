@@ -1,6 +1,7 @@
-"""Renderers of a replay report (report.json's dict): a terminal summary and one self-contained HTML page.
+"""Renderers of a replay report (report.json's dict): a terminal summary and one self-contained
+HTML page.
 
-The report model and the diff job live elsewhere (replay/diff.py); this module only turns the
+The report model is report_model.py, the diff that fills it replay/diff/; this module only turns the
 finished dict into text, so the same report always gives the same bytes. The HTML page uses no
 network at all -- inline CSS and SVG charts drawn here, no script -- and is built from the
 report's aggregates and samples only, so its size does not grow with the logs. Every string
@@ -9,9 +10,10 @@ taken from the report (keys, feature names, profile values) is data and is escap
 import datetime
 import math
 
-from replay import charts
-from replay.charts import (COLLAPSE_ROWS, HISTOGRAM_FEATURES, MAX_BINS, TREND_NIGHTS, _e, _frac,
-                           _num, _pct, _plain, _ranked_features, _short, _table, _value)
+from replay.report import charts
+from replay.report.charts import (COLLAPSE_ROWS, HISTOGRAM_FEATURES, MAX_BINS, TREND_NIGHTS, _e,
+                                  _frac, _num, _pct, _plain, _ranked_features, _short, _table,
+                                  _value)
 from transforms.spec.stages import STAGES
 
 __all__ = ["STAGES", "TREND_NIGHTS", "HISTOGRAM_FEATURES", "MAX_BINS", "COLLAPSE_ROWS", "verdict",

@@ -1,5 +1,5 @@
-"""Row kernels of the replay diff (replay/compare.py), vectorised over Arrow arrays: the numeric
-difference of two aligned value columns under a tolerance, the deterministic sample of keys
+"""Row kernels of the replay diff (replay/diff/compare.py), vectorised over Arrow arrays: the
+numeric difference of two aligned value columns under a tolerance, the deterministic sample of keys
 (smallest XXH64(key, seed 0) first), and the column helpers (a column, a fingerprint column as
 numpy, null-aware fingerprint equality, a value column's float width), and the window float
 noise of windowed aggregates (window_noise)."""

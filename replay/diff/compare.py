@@ -20,9 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay import drift, kernels
-from replay.kernels import column_of, float_bits, fp_equal, fp_of
-from replay.tolerance import Tolerance
+from replay.diff import drift
+from replay.diff import kernels
+from replay.diff.kernels import column_of, float_bits, fp_equal, fp_of
+from replay.diff.tolerance import Tolerance
 from transforms.spec import fingerprint
 from transforms.spec.feature_log import (DROPPED_STAGE, EVENT_TIME, KEY, WINDOW_END,
                                          WINDOW_START, aggregate_column, aggregates_of,

@@ -1,4 +1,4 @@
-"""What the production logger accepts, checked on the caller's thread (replay.log_rows.LogRows
+"""What the production logger accepts, checked on the caller's thread (replay.logger.rows.LogRows
 takes these checks as its base): a record (a dict of scalars), a batch of records as Arrow
 columns (accept_table, the columnar path), their aggregates and served values. A refused input
 is one RecordError line; nothing of it is logged."""

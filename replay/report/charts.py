@@ -1,6 +1,6 @@
 """The replay report's SVG charts and the small formatters the HTML and text share.
 
-Drawn here, inline, with no script and no network (replay/render.py assembles the page):
+Drawn here, inline, with no script and no network (replay/report/render.py assembles the page):
 records by first divergent stage, per-feature mismatch rates, offline vs production
 histograms, and the nightly trend of the divergent fraction with its threshold. Every string
 taken from the report is data and is escaped.

@@ -1,18 +1,9 @@
-"""Run metadata of the replay diff: load two run_metadata.json, name suspected causes, plan buckets.
+"""The two runs of a diff, as their metadata says: each run_metadata.json loaded and checked,
+the two checked compatible, buckets planned by their per-stage digests, parts listed, tokens read.
 
-Every difference between the two runs' metadata that can change a record becomes a suspected
-cause tied to the stage it can first affect (docs/replay.md has the table):
-  input.content_digest, input.key_columns -> raw    schema.columns.<name> (type) -> parse
-  windowing.*, schema.aggregates -> window          sharding.*, sampling.* -> shard
-  serialization.* -> serialize                      analyze.fingerprint, analyzers -> analyze
-  analyze.definition, transform_module, analyzers on one side only -> transform
-  runner -> window (triggering / grouping) and analyze (floating sums, approximate quantiles);
-    not against a production logger, which differs in runner by construction
-  source.format -> raw, source.schema -> parse, source.num_shards -> analyze (when both
-    sides record them)
-  versions.<library> -> each stage the library takes part in (VERSION_STAGES)
 Buckets are compared by their per-stage digests: a bucket equal on every digest (and in rows
-and drops) on both sides is skipped unread; the rest are read and joined.
+and drops) on both sides is skipped unread; the rest are read and joined. The suspected causes
+the two runs' differences name are replay/diff/causes.py's.
 """
 
 from apache_beam.io.filesystems import FileSystems
@@ -20,25 +11,13 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.graph import analyze
 from transforms.spec import feature_log, fingerprint, run_metadata
 from transforms.spec.errors import UsageError
-from transforms.spec.stages import FP_STAGES as DIGEST_STAGES, STAGES
+from transforms.spec.stages import FP_STAGES as DIGEST_STAGES
 
-__all__ = ["VERSION_STAGES", "load", "check_compatible", "suspected_causes", "plan_buckets",
-           "bucket_pattern", "vocabularies", "listed_parts"]
+__all__ = ["load", "check_compatible", "plan_buckets", "bucket_pattern", "vocabularies",
+           "listed_parts"]
 
 _VOCABULARY_BYTES = 64 << 20  # larger vocabulary files are not read for tokens
 
-PROFILE_STAGES = {"windowing": "window", "sharding": "shard", "sampling": "shard",
-                  "serialization": "serialize"}
-VERSION_STAGES = {
-    "python": ("parse", "transform"),           # number formatting, float parsing
-    "pyarrow": ("parse", "serialize"),          # CSV parsing, Parquet round trip
-    "beam": ("window", "shard"),                # grouping, windowing, combiners
-    "tfx_bsl": ("serialize", "transform"),      # TFXIO reading, TFT batch conversion
-    "tft": ("analyze", "transform"),
-    "tf": ("analyze", "transform"),
-    "skewtrace": STAGES,                        # defines every stage and fingerprint
-}
-RUNNER_STAGES = ("window", "analyze")
 _REQUIRED = ("format", "profile", "transform_module", "input", "schema", "versions", "runner",
              "analyze", "log")
 
@@ -117,85 +96,6 @@ def check_compatible(offline, production):
     if a != b:
       raise UsageError(f"logs bucketed differently: log.{field} {a} (offline) vs {b} "
                        "(production); rerun one side with the other's --log_buckets")
-
-
-def _flatten(prefix, value):
-  if isinstance(value, dict):
-    out = {}
-    for k in value:
-      out.update(_flatten(f"{prefix}.{k}" if prefix else str(k), value[k]))
-    return out
-  return {prefix: value}
-
-
-def _diff(out, stages, field, a, b):
-  if a != b:
-    for stage in stages:
-      out.append({"stage": stage, "field": field, "offline": a, "production": b})
-
-
-def _analyzer_value(entry):
-  if entry is None:
-    return None
-  return entry["values"] if "values" in entry else entry.get("fingerprint")
-
-
-def suspected_causes(offline, production):
-  """[{stage, field, offline, production}] sorted by pipeline stage, then field."""
-  out = []
-  for section, stage in PROFILE_STAGES.items():
-    a = _flatten(section, offline["profile"].get(section, {}))
-    b = _flatten(section, production["profile"].get(section, {}))
-    for field in sorted(set(a) | set(b)):
-      _diff(out, (stage,), field, a.get(field), b.get(field))
-  digests = [m.get(run_metadata.MODULE_DIGEST) for m in (offline, production)]
-  if all(digests):  # the module's source, wherever its file lies (two checkouts agree)
-    _diff(out, ("transform",), run_metadata.MODULE_DIGEST, *digests)
-  else:  # a logger, or older metadata, records its name only
-    _diff(out, ("transform",), "transform_module", offline["transform_module"],
-          production["transform_module"])
-  if run_metadata.LOGGER_RUNNER not in (offline["runner"], production["runner"]):
-    # A logger differs in runner by construction; its windowing is the spec's own rule and it
-    # analyses nothing (the transform_fn's analyzers are compared below).
-    _diff(out, RUNNER_STAGES, "runner", offline["runner"], production["runner"])
-  for field in ("content_digest", "key_columns"):
-    _diff(out, ("raw",), f"input.{field}", offline["input"].get(field),
-          production["input"].get(field))
-  cols = [{c["name"]: c["type"] for c in m["schema"].get("columns", [])}
-          for m in (offline, production)]
-  for name in sorted(set(cols[0]) | set(cols[1])):
-    _diff(out, ("parse",), f"schema.columns.{name}", cols[0].get(name), cols[1].get(name))
-  aggs = [m["schema"].get("aggregates") or [] for m in (offline, production)]
-  if any(isinstance(a, str) for side in aggs for a in side):  # older metadata: names only
-    aggs = [[a if isinstance(a, str) else a["name"] for a in side] for side in aggs]
-  _diff(out, ("window",), "schema.aggregates", *aggs)
-  ea, eb = offline.get("event_time") or {}, production.get("event_time") or {}
-  for field in sorted(set(ea) | set(eb)):
-    _diff(out, ("window",), f"event_time.{field}", ea.get(field), eb.get(field))
-  sa, sb = offline.get("source") or {}, production.get("source") or {}
-  # Recorded by the features job (a logger, or older metadata, records none): the source format;
-  # the ingest shard count, whose order TFT's float analyzers sum in; the schema's source.
-  for field, stage in (("format", "raw"), ("num_shards", "analyze"), ("schema", "parse")):
-    if sa.get(field) is not None and sb.get(field) is not None:
-      _diff(out, (stage,), f"source.{field}", sa[field], sb[field])
-  side_a, side_b = sa.get("side_columns") or {}, sb.get("side_columns") or {}
-  for role, stage in (("aggregates", "window"), ("served", "serve")):
-    _diff(out, (stage,), f"source.side_columns.{role}", side_a.get(role) or {},
-          side_b.get(role) or {})
-  va, vb = offline["versions"], production["versions"]
-  for lib in sorted(set(va) | set(vb)):
-    _diff(out, VERSION_STAGES.get(lib, STAGES), f"versions.{lib}", va.get(lib), vb.get(lib))
-  aa, ab = offline["analyze"], production["analyze"]
-  _diff(out, ("analyze",), "analyze.fingerprint", aa.get("fingerprint"), ab.get("fingerprint"))
-  _diff(out, ("transform",), "analyze.definition", aa.get("definition"), ab.get("definition"))
-  xa, xb = aa.get("analyzers", {}), ab.get("analyzers", {})
-  for name in sorted(set(xa) | set(xb)):
-    stage = "analyze" if name in xa and name in xb else "transform"
-    if xa.get(name, {}).get("fingerprint") != xb.get(name, {}).get("fingerprint"):
-      out.append({"stage": stage, "field": f"analyze.analyzers.{name}",
-                  "offline": _analyzer_value(xa.get(name)),
-                  "production": _analyzer_value(xb.get(name))})
-  return sorted(out, key=lambda c: (STAGES.index(c["stage"]), c["field"]))
 
 
 def _same(a, b):

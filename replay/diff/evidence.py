@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import dataset
-from replay import kernels
-from replay.compare import SIDES
+from replay.diff import kernels
+from replay.diff.compare import SIDES
 from transforms.spec import dataset as dataset_spec
 from transforms.spec import feature_log, pii, values
 from transforms.spec.errors import first_line

@@ -9,9 +9,10 @@ DirectRunner: python -m replay.diff --offline out/offline --production out/produ
 Shaped like TFDV's skew detector: the run metadata are compared first (suspected causes); the
 buckets whose per-stage digests differ are Created, each side's part files keyed by bucket and
 joined (CoGroupByKey), each bucket's parts read as Arrow tables and compared vectorised
-(replay/compare.py), totalled by a CombineFn and turned into the report (replay/model.py) with
-deterministic samples. Buckets equal on every digest are never read, so the cost grows with the
-divergence, not with the logs; memory is bounded by one bucket.
+(replay/diff/compare.py), totalled by a CombineFn and turned into the report
+(replay/diff/summary.py, in the shape of replay/report/report_model.py) with deterministic
+samples. Buckets equal on every digest are never read, so the cost grows with the divergence,
+not with the logs; memory is bounded by one bucket.
 Writes OUT/report.json (manifests/report.schema.json) and OUT/report.html, prints a summary.
 Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage / input error.
 The fraction counts divergent records (what the model receives differs) and one-side-only
@@ -29,8 +30,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
-from replay import analyzers as analyzer_diff
-from replay import compare, evidence, metadata, model, render, tolerance as tolerances, verify_log
+from replay.diff import analyzers as analyzer_diff
+from replay.diff import causes, compare, evidence, integrity, runs, summary
+from replay.diff import tolerance as tolerances
+from replay.report import render, report_model
 from transforms.spec import feature_log
 from transforms.spec.dataset import coverage_of
 from transforms.spec.errors import first_line
@@ -65,14 +68,14 @@ class DiffOptions(PipelineOptions):
                         help="Per-feature tolerance feature=abs:rel (repeatable).")
     parser.add_argument("--max_divergent_fraction", type=float, default=0.0,
                         help="Largest divergent fraction that still exits 0 (default 0).")
-    parser.add_argument("--fail_on", default="divergent", choices=model.FAIL_ON,
+    parser.add_argument("--fail_on", default="divergent", choices=report_model.FAIL_ON,
                         help="What counts toward the divergent fraction besides one-side-only "
                              "records: divergent (what the model receives differs; default) or "
                              "latent (also records a stage tells apart, the model inputs "
                              "agreeing).")
     parser.add_argument("--verify_logs", action="store_true",
                         help="First re-read every row of both logs and check it against its "
-                             "run metadata (replay/verify_log.py); a problem is exit 2.")
+                             "run metadata (replay/diff/integrity.py); a problem is exit 2.")
     parser.add_argument("--samples", type=int, default=10,
                         help="Samples kept per kind (divergent, one side only, duplicates).")
     parser.add_argument("--scope", default="auto", choices=SCOPES,
@@ -105,14 +108,14 @@ class DiffPlan:
   tasks: tuple              # (bucket, {side: [its part paths]}) of the differing buckets
   context: compare.Context
   equal_partial: compare.Partial  # the totals of the buckets equal on every digest
-  sides: dict               # side -> model.Side
+  sides: dict               # side -> report_model.Side
   tolerance: tolerances.Tolerance
   max_divergent_fraction: float
   buckets_total: int
   causes: tuple             # suspected causes, sorted by stage
   scope: str = "all"        # "production": offline records production never saw are not_served
   fail_on: str = "divergent"
-  analyzers: dict = dataclasses.field(default_factory=dict)  # replay/analyzers.compare
+  analyzers: dict = dataclasses.field(default_factory=dict)  # replay/diff/analyzers.compare
   vocabularies: dict = dataclasses.field(default_factory=dict)  # side -> {feature: tokens}
   # side -> (run metadata input.dir, its PII columns)
   inputs: dict = dataclasses.field(default_factory=dict)
@@ -242,7 +245,7 @@ def _check_parts(meta, entries, listed, directory, bucket, side):
   if not paths and entry["rows"]:
     raise common.UsageError(
         f"--{side}: bucket {bucket} has {entry['rows']} rows in run_metadata.json but no "
-        f"file {metadata.bucket_pattern(directory, bucket, meta['log']['num_buckets'])}")
+        f"file {runs.bucket_pattern(directory, bucket, meta['log']['num_buckets'])}")
   footers = [_footer(p, side) for p in paths]
   rows = sum(f.num_rows for f in footers)
   if rows != entry["rows"]:
@@ -280,15 +283,15 @@ def plan_diff(opts):
   with their checked part files, equal buckets totalled."""
   tol, frac = DiffOptions.check(opts), opts.max_divergent_fraction
   dirs = {"offline": opts.offline, "production": opts.production}
-  metas = {s: metadata.load(d, s) for s, d in dirs.items()}
+  metas = {s: runs.load(d, s) for s, d in dirs.items()}
   for side in compare.SIDES if opts.verify_logs else ():
-    problems = verify_log.verify(dirs[side])
+    problems = integrity.verify(dirs[side])
     if problems:
       raise common.DataError(f"--{side}: {problems[0]}" + (
           f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""))
-  metadata.check_compatible(metas["offline"], metas["production"])
-  differing, equal = metadata.plan_buckets(metas["offline"], metas["production"])
-  listed = {s: metadata.listed_parts(metas[s], dirs[s], s) for s in compare.SIDES}
+  runs.check_compatible(metas["offline"], metas["production"])
+  differing, equal = runs.plan_buckets(metas["offline"], metas["production"])
+  listed = {s: runs.listed_parts(metas[s], dirs[s], s) for s in compare.SIDES}
   entries = {s: {int(b["bucket"]): b for b in metas[s]["log"]["buckets"]} for s in compare.SIDES}
   check = lambda side, bucket: _check_parts(metas[side], entries[side], listed[side],
                                             dirs[side], bucket, side)
@@ -312,7 +315,7 @@ def plan_diff(opts):
   stage = "analyze" if not analyze_match and ao.get("definition") == ap.get("definition") \
       else "transform"
   # The analyzers compared under float noise over the records analysed; the noise default of
-  # the value tolerance holds only while none differs beyond it (replay/tolerance.py).
+  # the value tolerance holds only while none differs beyond it (replay/diff/tolerance.py).
   analysed = max(int(m["log"]["rows"]) for m in metas.values())
   compared = analyzer_diff.compare(ao, ap, analysed)
   if tol.is_noise:
@@ -327,22 +330,22 @@ def plan_diff(opts):
   equal_partial = compare.empty(opts.samples)
   for entry in equal:
     equal_partial = compare.merge(equal_partial, compare.equal_bucket(entry, kinds, context))
-  sides = {s: model.Side(dir=dirs[s], runner=str(metas[s]["runner"]),
+  sides = {s: report_model.Side(dir=dirs[s], runner=str(metas[s]["runner"]),
                          rows=int(metas[s]["log"]["rows"])) for s in compare.SIDES}
   return DiffPlan(output_dir=opts.output_dir, tasks=tuple(tasks), context=context,
                   equal_partial=equal_partial, sides=sides, tolerance=tol,
                   max_divergent_fraction=frac, buckets_total=len(differing) + len(equal),
-                  causes=tuple(metadata.suspected_causes(metas["offline"],
+                  causes=tuple(causes.suspected_causes(metas["offline"],
                                                          metas["production"])), scope=scope,
                   fail_on=opts.fail_on, analyzers=compared, vocabularies={
-                      s: metadata.vocabularies(metas[s], dirs[s]) for s in compare.SIDES},
+                      s: runs.vocabularies(metas[s], dirs[s]) for s in compare.SIDES},
                   inputs={s: (metas[s]["input"].get("dir"), tuple(
                       metas[s].get("pii", {}).get("columns", ()))) for s in compare.SIDES},
                   num_buckets=int(metas["offline"]["log"]["num_buckets"]))
 
 
 def _build(plan, partial):
-  report = model.build_report(partial, plan.sides["offline"], plan.sides["production"],
+  report = summary.build_report(partial, plan.sides["offline"], plan.sides["production"],
                               plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
                               plan.buckets_total, plan.scope, plan.fail_on, plan.analyzers,
                               plan.vocabularies)

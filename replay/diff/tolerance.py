@@ -15,7 +15,7 @@ sqrt(N) * u relative (rounding errors add like a random walk: Higham, Accuracy a
 Numerical Algorithms, 2nd ed., sections 2.8 and 4.2), which is what another shard count, bundle
 split or runner does to TFT's means and variances, and a float64 -> float32 cast moves a value
 by at most u. The diff applies the noise default only while every analyzer is equal or within
-the same tau (replay/analyzers.py); when one differs beyond it, the default is exact (0, 0).
+the same tau (replay/diff/analyzers.py); when one differs beyond it, the default is exact (0, 0).
 """
 import dataclasses
 import math
