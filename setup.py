@@ -24,6 +24,7 @@ REQUIRED = [
 
 TEST = [
     "pytest==9.2.0",
+    "pytest-xdist==3.8.0",  # scripts/test.sh: the suite on every core
     "hypothesis==6.170.15",
     "psutil==7.2.2",
     "pandas==3.0.6",  # datacompy (bench) requires pandas < 3.1

@@ -72,12 +72,14 @@ def _digests(features_dir):
   return meta["input"]["content_digest"], [b["digests"] for b in meta["log"]["buckets"]]
 
 
-def _kill_and_rerun(cmd, tmp_path, delays, marker, result_of):
+def _kill_and_rerun(cmd, tmp_path, delays, marker, result_of, clean=None):
   """cmd + [an output folder] killed `delays` seconds after its temp folder appears, once per
   delay, each time checked and rerun; returns how many kills landed mid-run. The rerun's
-  result_of(folder) must equal a never-interrupted run's."""
-  clean = str(tmp_path / "clean")
-  _run(cmd + [clean])
+  result_of(folder) must equal a never-interrupted run's: `clean`, the output of the same
+  command run elsewhere, or else run here first."""
+  if clean is None:
+    clean = str(tmp_path / "clean")
+    _run(cmd + [clean])
   killed = 0
   for i, delay in enumerate(delays):
     out = str(tmp_path / f"out{i}")
@@ -104,10 +106,13 @@ def test_ingest_killed_at_any_point_reruns_to_the_same_dataset(tmp_path):
   assert killed >= 2  # most kills landed mid-run
 
 
-def test_features_killed_at_any_point_reruns_to_the_same_log(taxi_runs, tmp_path):
+def test_features_killed_at_any_point_reruns_to_the_same_log(taxi_runs, taxi_features, tmp_path):
+  """The never-interrupted run is the session's: taxi_features["direct"] is this command's
+  output (the same input, profile and module; conftest.features)."""
   cmd = [PY, "-m", "pipelines.features", "--input_dir", taxi_runs["direct"], "--profile",
          PROFILE, "--transform_module", "transforms.taxi", "--output_dir"]
-  assert _kill_and_rerun(cmd, tmp_path, (0.5, 4.0), "run_metadata.json", _digests) == 2
+  assert _kill_and_rerun(cmd, tmp_path, (0.5, 4.0), "run_metadata.json", _digests,
+                         clean=taxi_features["direct"]) == 2
 
 
 LOGGER = r'''
