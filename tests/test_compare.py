@@ -10,13 +10,10 @@ import pytest
 import xxhash
 
 from pipelines.common import UsageError
-from replay.diff import compare
-from replay.diff import drift
-from replay.diff import kernels
-from replay.diff import runs as metadata
-from replay.report import report_model as model
-from replay.diff import tolerance
+from replay.diff import compare, drift, kernels, runs, summary, tolerance
+from replay.diff.causes import suspected_causes
 from replay.diff.compare import Context
+from replay.report import report_model
 from transforms.spec import fingerprint, run_metadata, stages
 
 STAGE_FPS = ("raw", "parse", "window", "shard", "serialize")
@@ -125,7 +122,7 @@ def test_numeric_noise_within_tolerance_or_not():
   assert nonzero(loose.records) == {"matched_keys": 4, "identical": 2, "noise": 2}
   assert loose.features["x"]["within_tolerance"] == 2 and loose.features["x"]["mismatch"] == 0
   # |delta| = 1e-4 and 3e-4: max 3e-4; mean over the 4 records compared: 4e-4 / 4.
-  f = model.FeatureSummary.from_totals(loose.features["x"])
+  f = report_model.FeatureSummary.from_totals(loose.features["x"])
   assert f.max_abs_delta == pytest.approx(3e-4) and f.mean_abs_delta == pytest.approx(1e-4)
   tight = diff(BASE, prod, tolerance=tolerance.normalise(rel_tol=1e-5))
   assert nonzero(tight.first_stage) == {"transform": 2}
@@ -201,7 +198,7 @@ def test_duplicate_keys_are_excluded_from_both_sides_and_their_rows_counted():
   r = p.records
   assert r["matched_keys"] + r["offline_only"] + r["duplicate_keys_offline"] == len(off)
   assert r["matched_keys"] + r["production_only"] + r["duplicate_keys_production"] == len(prod)
-  assert model.divergent_fraction(r) == 0.0
+  assert report_model.divergent_fraction(r) == 0.0
   assert sorted((e[2]["side"], e[2]["key"]) for e in p.samples["duplicate_keys"]) == \
       [("offline", "a"), ("production", "b")]
 
@@ -381,9 +378,9 @@ def meta(**changes):
                    "analyzers": {"mean": {"fingerprint": "m1", "values": [1.5]}}},
        "log": {"num_buckets": 2, "seed": 24301, "rows": 3, "buckets": [
            {"bucket": 0, "rows": 2, "dropped": 0,
-            "digests": dict.fromkeys(metadata.DIGEST_STAGES, "2:00:00")},
+            "digests": dict.fromkeys(runs.DIGEST_STAGES, "2:00:00")},
            {"bucket": 1, "rows": 1, "dropped": 0,
-            "digests": dict.fromkeys(metadata.DIGEST_STAGES, "1:00:00")}]}}
+            "digests": dict.fromkeys(runs.DIGEST_STAGES, "1:00:00")}]}}
   m = copy.deepcopy(m)
   for dotted, value in changes.items():
     *path, last = dotted.split("__")
@@ -396,7 +393,7 @@ def meta(**changes):
 
 def causes(**changes):
   return {(c["stage"], c["field"], str(c["offline"]), str(c["production"]))
-          for c in metadata.suspected_causes(meta(), meta(**changes))}
+          for c in suspected_causes(meta(), meta(**changes))}
 
 
 def test_each_metadata_difference_names_the_stage_it_can_affect():
@@ -429,7 +426,7 @@ def test_each_metadata_difference_names_the_stage_it_can_affect():
 
 
 def test_causes_are_sorted_by_stage_then_field():
-  found = metadata.suspected_causes(meta(), meta(transform_module="m2", runner="X",
+  found = suspected_causes(meta(), meta(transform_module="m2", runner="X",
                                                  profile__sharding__num_shards=8))
   assert [(c["stage"], c["field"]) for c in found] == [
       ("window", "runner"), ("shard", "sharding.num_shards"), ("analyze", "runner"),
@@ -443,18 +440,18 @@ def test_source_event_time_and_side_columns_are_causes_at_their_stages():
                                                           "aggregates": {"n_online": "n"}}},
               event_time={"column": "t", "format": "iso8601", "zone": "UTC"})
   found = [(c["stage"], c["field"], c["offline"], c["production"])
-           for c in metadata.suspected_causes(off, prod)]
+           for c in suspected_causes(off, prod)]
   assert found == [("raw", "source.format", "csv", "jsonl"),
                    ("window", "event_time.format", "seconds", "iso8601"),
                    ("window", "source.side_columns.aggregates", {}, {"n_online": "n"}),
                    ("serve", "source.side_columns.served", {}, {"s": "fare_z"})]
-  assert metadata.suspected_causes(off, off) == []
+  assert suspected_causes(off, off) == []
   # A side that records no source format (a logger) is not a format difference.
-  assert metadata.suspected_causes(off, meta(event_time=off["event_time"])) == []
+  assert suspected_causes(off, meta(event_time=off["event_time"])) == []
   # Another ingest shard count moves TFT's float sums: named at analyze; the schema's source
   # at parse.
   shards = [(c["stage"], c["field"], c["offline"], c["production"]) for c in
-            metadata.suspected_causes(meta(source={"format": "csv", "num_shards": 4,
+            suspected_causes(meta(source={"format": "csv", "num_shards": 4,
                                                    "schema": "file"}),
                                       meta(source={"format": "csv", "num_shards": 3,
                                                    "schema": "inferred"}))]
@@ -466,24 +463,24 @@ def test_plan_buckets_and_compatibility():
   off = meta()
   prod = meta()
   prod["log"]["buckets"][1]["digests"]["window"] = "1:00:01"
-  differing, equal = metadata.plan_buckets(off, prod)
+  differing, equal = runs.plan_buckets(off, prod)
   assert differing == [1] and [e["bucket"] for e in equal] == [0]
   del prod["log"]["buckets"][0]
-  assert metadata.plan_buckets(off, prod)[0] == [0, 1]
+  assert runs.plan_buckets(off, prod)[0] == [0, 1]
   with pytest.raises(UsageError, match="num_buckets"):
-    metadata.check_compatible(off, meta(log__num_buckets=4))
+    runs.check_compatible(off, meta(log__num_buckets=4))
   with pytest.raises(UsageError, match="seed"):
-    metadata.check_compatible(off, meta(log__seed=1))
+    runs.check_compatible(off, meta(log__seed=1))
 
 
 def test_report_model_fraction_counts_one_side_records():
   rec = {"divergent": 2, "offline_only": 1, "production_only": 1, "matched_keys": 6}
-  assert model.divergent_fraction(rec) == pytest.approx(4 / 8)
-  assert model.divergent_fraction(dict.fromkeys(rec, 0)) == 0.0
+  assert report_model.divergent_fraction(rec) == pytest.approx(4 / 8)
+  assert report_model.divergent_fraction(dict.fromkeys(rec, 0)) == 0.0
 
 
 def _schema_valid(m):
-  """meta() made to satisfy manifests/run_metadata.schema.json (what metadata.load checks)."""
+  """meta() made to satisfy manifests/run_metadata.schema.json (what runs.load checks)."""
   hex16, digest = "0" * 16, "1:" + "0" * 16 + ":" + "0" * 16
   m.update(stages=list(stages.STAGES), versions=dict.fromkeys(
       ["python", "beam", "tft", "tf", "pyarrow", "skewtrace"], "1"))
@@ -492,13 +489,13 @@ def _schema_valid(m):
                       analyzers={"mean": {"fingerprint": hex16, "values": [1.5]}})
   for b in m["log"]["buckets"]:
     b.update(path=f"feature_log/bucket-{b['bucket']:05d}-of-00002.parquet",
-             digests=dict.fromkeys(metadata.DIGEST_STAGES, digest))
+             digests=dict.fromkeys(runs.DIGEST_STAGES, digest))
   return m
 
 
 def test_schema_valid_metadata_loads(tmp_path):
   (tmp_path / run_metadata.FILE).write_text(json.dumps(_schema_valid(meta())))
-  assert metadata.load(str(tmp_path), "production")["log"]["rows"] == 3
+  assert runs.load(str(tmp_path), "production")["log"]["rows"] == 3
 
 
 @pytest.mark.parametrize("field,edit", [
@@ -512,7 +509,7 @@ def test_malformed_metadata_fields_are_one_line_usage_errors(tmp_path, field, ed
   edit(m)
   (tmp_path / run_metadata.FILE).write_text(json.dumps(m))
   with pytest.raises(UsageError) as e:
-    metadata.load(str(tmp_path), "production")
+    runs.load(str(tmp_path), "production")
   msg = str(e.value)
   assert "\n" not in msg and run_metadata.FILE in msg and field in msg
   assert msg.startswith("--production ")
@@ -647,7 +644,7 @@ def test_a_module_is_compared_by_its_source_digest_wherever_its_file_lies():
   from transforms.spec import run_metadata as rm
   same, other = "sha256:" + "a" * 64, "sha256:" + "b" * 64
   a = meta(transform_module="/checkout1/rides.py", **{rm.MODULE_DIGEST: same})
-  fields = lambda m: {c["field"] for c in metadata.suspected_causes(a, m)}  # noqa: E731
+  fields = lambda m: {c["field"] for c in suspected_causes(a, m)}  # noqa: E731
   assert fields(meta(transform_module="/checkout2/rides.py", **{rm.MODULE_DIGEST: same})) == set()
   assert fields(meta(transform_module="/checkout2/rides.py", **{rm.MODULE_DIGEST: other})) == {
       rm.MODULE_DIGEST}
@@ -707,7 +704,7 @@ def test_the_window_noise_reason_names_the_bound_each_aggregate_was_held_to():
   --tolerance NAME=abs:rel) is said to be within that one."""
   window = {"m": [3, 4e-16, 2.5, 2.5000000000000004], "s": [1, 0.01, 1.0, 1.01]}
   tol = tolerance.Tolerance(features=(("s", 0.05, 0.0),)).with_noise(100).to_dict()
-  why = model.noise_reasons({"noise": 3}, tol, {}, window, values=False, window_records=3)
+  why = summary.noise_reasons({"noise": 3}, tol, {}, window, values=False, window_records=3)
   assert len(why) == 2 and why[1] == "per-feature tolerances: s abs 0.05 rel 0.0"
   assert why[0].startswith("window fingerprints of 3 record(s) differ only by windowed "
                            "aggregates within float noise |d| <= t(1 + |offline|), t = sqrt(N)*u "
@@ -715,4 +712,4 @@ def test_the_window_noise_reason_names_the_bound_each_aggregate_was_held_to():
   assert "m in 3 record(s), largest |d| 4e-16 (2.5 vs 2.5000000000000004); " in why[0]
   assert "s in 1 record(s), largest |d| 0.01 (1.0 vs 1.01), within its own tolerance abs 0.05 " \
       "rel 0.0" in why[0]
-  assert model.noise_reasons({"noise": 0}, tol, {}, {}, values=False) == []
+  assert summary.noise_reasons({"noise": 0}, tol, {}, {}, values=False) == []
