@@ -1,4 +1,5 @@
 """The dataset folder: input matching, output-dir safety, atomic publish, the manifest."""
+import contextlib
 import hashlib
 import json
 import os
@@ -10,9 +11,10 @@ from transforms.spec import fingerprint, schema
 from transforms.spec.dataset import (FORMATS, MANIFEST, MANIFEST_FORMAT, REJECTED_PATH,
                                      SCHEMA_FILE, TEMP_PREFIX)
 from transforms.spec.errors import DataError, UsageError
+from transforms.spec.lock import LOCK_FILE, lock_folder
 
-__all__ = ["TEMP_PREFIX", "remove_stale_temps", "match_inputs", "read_header", "read_text",
-           "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree",
+__all__ = ["TEMP_PREFIX", "one_writer", "remove_stale_temps", "match_inputs", "read_header",
+           "read_text", "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree",
            "write_atomically", "top_entries",
            "refuse_foreign_entries", "summary",
            "load_manifest", "read_columns", "MANIFEST", "RESULTS",
@@ -97,15 +99,16 @@ def load_manifest(output_dir):
 
 
 def top_entries(output_dir):
-  """The names at the top of an output folder ([] when it does not exist); UsageError when the
-  path is a local file (a job would fail half-way writing under it)."""
+  """The names at the top of an output folder ([] when it does not exist), its writer's lock
+  file aside; UsageError when the path is a local file (a job would fail half-way writing
+  under it)."""
   if "://" not in output_dir and os.path.isfile(output_dir):
     raise UsageError(f"{output_dir} is a file, not a folder")
   if not FileSystems.exists(output_dir):
     return []
   found = FileSystems.match([_join(output_dir, "*")])[0].metadata_list
   prefix = output_dir.rstrip("/") + "/"
-  return sorted({m.path[len(prefix):].split("/")[0] for m in found})
+  return sorted({m.path[len(prefix):].split("/")[0] for m in found} - {LOCK_FILE})
 
 
 def refuse_foreign_entries(output_dir, overwrite, own=()):
@@ -135,6 +138,23 @@ def check_output_dir(output_dir, inputs, options, overwrite):
   if foreign and not overwrite:
     raise UsageError(f"{output_dir} is not empty and holds no skewtrace dataset "
                      f"({', '.join(foreign[:5])}); pass --overwrite to replace it")
+
+
+@contextlib.contextmanager
+def one_writer(output_dir, what):
+  """Holds the output folder's lock (transforms/spec/lock.py) for the block: a second writer of
+  the folder is refused with one line naming the holder (exit 2), a dead one's lock taken over.
+  A folder the lock created is removed again when the block leaves it empty (a job refused
+  before it wrote anything)."""
+  existed = FileSystems.exists(output_dir)
+  lock = lock_folder(output_dir, what)
+  try:
+    yield lock
+  finally:
+    if lock is not None:
+      lock.release()
+      if not existed and os.path.isdir(output_dir) and not os.listdir(output_dir):
+        os.rmdir(output_dir)
 
 
 def remove_stale_temps(output_dir, keep=None):

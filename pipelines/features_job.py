@@ -357,7 +357,15 @@ def run_job(opts, options):
   pool = concurrent.futures.ThreadPoolExecutor(1)
   try:
     plan, verifying = plan_features(opts, pool)
-    existed = FileSystems.exists(plan.output_dir)
+    with dataset.one_writer(plan.output_dir, "skewtrace features"):
+      return _run_planned(plan, verifying, opts, options, pool, started)
+  finally:
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_planned(plan, verifying, opts, options, pool, started):
+  """run_job's work, under the output folder's lock: only then are a dead run's temps removed."""
+  try:
     temp_dir = FileSystems.join(plan.output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex)
     try:
       # TFT makes its temp folders while the graph is built: taken back if the input fails.
@@ -365,10 +373,8 @@ def run_job(opts, options):
       _verified(plan.input_dir, verifying)
       dataset.refuse_foreign_entries(plan.output_dir, opts.overwrite)
       dataset.remove_stale_temps(plan.output_dir, keep=temp_dir)
-    except BaseException:
+    except BaseException:  # a folder the lock made is removed again by one_writer
       dataset.remove_tree(temp_dir)
-      if not existed:
-        dataset.remove_tree(plan.output_dir)
       raise
   finally:
     pool.shutdown(wait=False, cancel_futures=True)

@@ -388,6 +388,12 @@ def run_job(opts, options):
   Raises UsageError for bad flags or input."""
   started = time.monotonic()
   plan = plan_ingest(opts)
+  with dataset.one_writer(plan.output_dir, "skewtrace ingest"):
+    return _run_planned(plan, opts, options, started)
+
+
+def _run_planned(plan, opts, options, started):
+  """run_job's work, under the output folder's lock: only then are a dead run's temps removed."""
   dataset.check_output_dir(plan.output_dir, list(plan.inputs), plan.recorded, opts.overwrite)
   dataset.remove_stale_temps(plan.output_dir)
   # Beam logs a failing DoFn's traceback before re-raising it; the one raised is reported.

@@ -146,6 +146,13 @@ def run(argv=None, save_main_session=True):
   """
   dirs, options, flags = _plan(argv)
   options.view_as(SetupOptions).save_main_session = save_main_session
+  root = FileSystems.split(dirs["ingest"])[0]  # --output_dir
+  with dataset.one_writer(root, "skewtrace rerun"):
+    return _run_planned(dirs, options, flags)
+
+
+def _run_planned(dirs, options, flags):
+  """run()'s jobs, under the rerun folder's lock (each job also takes its own folder's)."""
   print(f"== ingest -> {dirs['ingest']}")
   ingest.run_job(flags["ingest"], options)
   for side in ("a", "b"):

@@ -14,7 +14,7 @@ from tests.conftest import ROOT, TAXI_CSV
 
 SPEC_MODULES = ["transforms.spec." + m for m in
                 ("errors", "stages", "fingerprint", "key", "shard", "window", "serialize",
-                 "profile", "schema", "feature_log", "run_metadata", "dataset")]
+                 "profile", "schema", "feature_log", "run_metadata", "dataset", "lock")]
 # Beam-free beyond the spec: the codecs, the TFT feed and analyzer fingerprints (TensorFlow only
 # inside their functions), the production logger and its rules, the report renderer.
 BEAM_FREE = SPEC_MODULES + ["transforms.codec." + m for m in
@@ -53,7 +53,8 @@ def _holders(obj, modules):
 
 def test_offline_stages_and_logger_hold_the_same_rule_objects():
   from transforms.graph import feed
-  from transforms.spec import feature_log, key, run_metadata, serialize, shard, stages, window
+  from transforms.spec import (feature_log, key, lock, run_metadata, serialize, shard, stages,
+                               window)
   offline_and_logger = [
       # rule object: (the offline module(s) that apply it, the logger module that applies it)
       (stages.RAW, ("transforms.stages.type_rows", "replay.logger.record_stages")),
@@ -72,6 +73,8 @@ def test_offline_stages_and_logger_hold_the_same_rule_objects():
       (feature_log, ("transforms.stages.write_feature_log", "replay.logger.parts")),
       (feature_log.HEAD, ("transforms.stages.write_feature_log", None)),
       (run_metadata, ("pipelines.features_job", "replay.logger.metadata")),
+      # One writer per folder: the jobs and the logger take the same lock.
+      (lock.lock_folder, ("pipelines.dataset", "replay.logger.production_logger")),
   ]
   for obj, modules in offline_and_logger:
     wanted = [m for m in modules if m]

@@ -361,6 +361,12 @@ def run_job(opts, options):
   """Runs the diff for DiffFlags `opts` with the Beam `options`; returns the exit code (0 / 1).
   Raises UsageError for bad flags/input."""
   plan = plan_diff(opts)
+  with dataset.one_writer(plan.output_dir, "skewtrace diff"):
+    return _run_planned(plan, opts, options)
+
+
+def _run_planned(plan, opts, options):
+  """run_job's work, under the output folder's lock: only then are a dead run's temps removed."""
   output_dir = plan.output_dir
   dataset.refuse_foreign_entries(output_dir, opts.overwrite, own=_OWN)
   dataset.remove_stale_temps(output_dir)

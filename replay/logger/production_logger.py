@@ -28,6 +28,7 @@ from transforms.graph import analyze, feed
 from transforms.spec import event_time, feature_log, fingerprint, pii, schema, window
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
+from transforms.spec.lock import lock_folder
 from transforms.spec.stages import PARSE, RAW, value_columns
 
 __all__ = ["ProductionLogger", "RecordError", "pii_hash", "RUNNER", "DROPPED_BY_REASON"]
@@ -99,7 +100,14 @@ class ProductionLogger:
         event_time=event, transform_fn=(transform_fn_dir, analyze.content_digest(transform_fn_dir)),
         pii_columns=self._pii, logged_inputs=names if log_inputs else None)
     self._counts = {"logged": 0, "dropped": 0, "sampled_out": 0, "flushes": 0}
-    self._open_log_dir()
+    # One logger per directory, held until close(): a second one is refused naming this one
+    # (their parts would collide), a dead one's lock is taken over (transforms/spec/lock.py).
+    self._lock = lock_folder(log_dir, "a ProductionLogger")
+    try:
+      self._open_log_dir()
+    except BaseException:
+      self._release()
+      raise
     self._dropped = {s: dict(c) for s, c in self._rules.dropped.items()}
     # Threads: the open batch and the queue are Batches'; its one worker alone touches the stage
     # rules, part files and metadata until close(). stats() reads a snapshot under _stats_lock.
@@ -171,6 +179,7 @@ class ProductionLogger:
         self._parts.compact(self._save_metadata)
     finally:
       self._parts.close()
+      self._release()
     self._batches.raise_failure()
 
   def stats(self):
@@ -188,6 +197,10 @@ class ProductionLogger:
 
   def __exit__(self, *exc):
     self.close()
+
+  def _release(self):
+    if self._lock is not None:  # None: a folder on an object store (no exclusive create)
+      self._lock.release()
 
   # ------------------------------------------------------------------ on the worker thread
   def _write_batch(self, items):
