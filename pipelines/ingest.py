@@ -385,31 +385,26 @@ def build_pipeline(plan, options):
 
 def run_job(opts, options):
   """Runs ingest for IngestFlags `opts` with the Beam `options`; returns the exit code (0 done).
-  Raises UsageError for bad flags or input."""
+  Raises UsageError for bad flags or input. Dead runs' temps go once the folder's lock is held."""
   started = time.monotonic()
   plan = plan_ingest(opts)
   with dataset.one_writer(plan.output_dir, "skewtrace ingest"):
-    return _run_planned(plan, opts, options, started)
-
-
-def _run_planned(plan, opts, options, started):
-  """run_job's work, under the output folder's lock: only then are a dead run's temps removed."""
-  dataset.check_output_dir(plan.output_dir, list(plan.inputs), plan.recorded, opts.overwrite)
-  dataset.remove_stale_temps(plan.output_dir)
-  # Beam logs a failing DoFn's traceback before re-raising it; the one raised is reported.
-  beam_log = logging.getLogger("apache_beam.runners.common")
-  level = beam_log.level
-  beam_log.setLevel(logging.CRITICAL)
-  try:
+    dataset.check_output_dir(plan.output_dir, list(plan.inputs), plan.recorded, opts.overwrite)
+    dataset.remove_stale_temps(plan.output_dir)
+    # Beam logs a failing DoFn's traceback before re-raising it; the one raised is reported.
+    beam_log = logging.getLogger("apache_beam.runners.common")
+    level = beam_log.level
+    beam_log.setLevel(logging.CRITICAL)
     try:
-      build_pipeline(plan, options).run().wait_until_finish()
-    except sources.SourceError as e:  # a file found damaged mid-read (e.g. TFRecord framing):
-      # the reader's one line, without the step Beam appends; nothing is published
-      raise DataError(re.sub(r" \[while running .*\]$", "", str(e).splitlines()[0])) from None
-    manifest = dataset.publish(plan, common.versions())
-  finally:
-    beam_log.setLevel(level)
-    dataset.remove_tree(plan.temp_dir)
+      try:
+        build_pipeline(plan, options).run().wait_until_finish()
+      except sources.SourceError as e:  # a file found damaged mid-read (TFRecord framing):
+        # the reader's one line, without the step Beam appends; nothing is published
+        raise DataError(re.sub(r" \[while running .*\]$", "", str(e).splitlines()[0])) from None
+      manifest = dataset.publish(plan, common.versions())
+    finally:
+      beam_log.setLevel(level)
+      dataset.remove_tree(plan.temp_dir)
   print(dataset.summary(manifest, time.monotonic() - started))
   return 0
 

@@ -47,10 +47,6 @@ def keyed_taxi_csv(path, key):
   return str(path)
 
 
-FEATURE_RUNNERS = {"direct": [], "multi_processing": RUNNERS["multi_processing"],
-                   "portable_embed": RUNNERS["portable_embed"]}
-
-
 def features(input_dir, output_dir, *args, profile="offline.yaml"):
   from pipelines import features as features_job
   argv = ["--input_dir", input_dir, "--output_dir", str(output_dir), "--profile",
@@ -74,9 +70,61 @@ def taxi(offline):
   return online_store.records_and_counts(TAXI_CSV, offline)
 
 
+def listening(proc):
+  """{(ip, port)} of the TCP sockets that a psutil process and its children listen on."""
+  import psutil
+  found = set()
+  try:
+    procs = [proc] + proc.children(recursive=True)
+  except psutil.NoSuchProcess:
+    return found
+  for p in procs:
+    try:
+      conns = p.net_connections(kind="tcp")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+      continue
+    found |= {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
+  return found
+
+
+def watched_features(input_dir, output_dir, *args):
+  """pipelines.features run as its own process (python -m, the offline profile and taxi
+  module), its listening TCP sockets and its children's read every 20 ms while it runs
+  (tests/test_sockets.py asserts on them); (output_dir, {(ip, port)} seen, exit code, stderr)."""
+  import subprocess
+  import sys
+  import time
+  import psutil
+  cmd = [sys.executable, "-m", "pipelines.features", "--input_dir", input_dir, "--output_dir",
+         str(output_dir), "--profile", os.path.join(ROOT, "profiles", "offline.yaml"),
+         "--transform_module", "transforms.taxi", *args]
+  child = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+  proc, seen = psutil.Process(child.pid), set()
+  deadline = time.monotonic() + 600
+  while child.poll() is None and time.monotonic() < deadline:
+    seen |= listening(proc)
+    time.sleep(0.02)
+  _, err = child.communicate(timeout=60)
+  return str(output_dir), seen, child.returncode, err
+
+
 @pytest.fixture(scope="session")
-def taxi_features(taxi_runs, tmp_path_factory):
-  """pipelines.features over the taxi ingest, offline profile, on each runner."""
-  return {name: features(taxi_runs["direct"], tmp_path_factory.mktemp("features_" + name),
-                         *flags)
-          for name, flags in FEATURE_RUNNERS.items()}
+def watched_runs(taxi_runs, tmp_path_factory):
+  """pipelines.features over the taxi ingest, offline profile, on the runners that start
+  servers (multi_processing, portable_embed), each run as its own process whose listening
+  sockets were watched: {runner: (output_dir, sockets seen, exit code, stderr)}."""
+  return {name: watched_features(taxi_runs["direct"], tmp_path_factory.mktemp("features_" + name),
+                                 *RUNNERS[name])
+          for name in ("multi_processing", "portable_embed")}
+
+
+@pytest.fixture(scope="session")
+def taxi_features(taxi_runs, watched_runs, tmp_path_factory):
+  """pipelines.features over the taxi ingest, offline profile, on each runner (in this process
+  on DirectRunner; the others as the watched processes of watched_runs)."""
+  out = {"direct": features(taxi_runs["direct"], tmp_path_factory.mktemp("features_direct"))}
+  for name, (path, _, code, err) in watched_runs.items():
+    assert code == 0, err[-2000:]
+    out[name] = path
+  return out

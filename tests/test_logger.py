@@ -261,6 +261,22 @@ def test_missing_hmac_key_is_a_clear_error(offline, tmp_path, monkeypatch):
   assert not os.path.exists(tmp_path / "run_metadata.json")
 
 
+def _process_died(log_dir):
+  """What a crashed serving process leaves: its logger's lock file, naming a process that no
+  longer runs (here the test's own process stays alive, so the lock is made to name an exited
+  one); the next logger takes it over."""
+  import subprocess
+  import sys
+  from transforms.spec.lock import LOCK_FILE
+  gone = subprocess.Popen([sys.executable, "-c", "pass"])
+  gone.wait()
+  path = os.path.join(log_dir, LOCK_FILE)
+  with open(path) as f:
+    holder = json.load(f)
+  with open(path, "w") as f:
+    json.dump(dict(holder, pid=gone.pid), f)
+
+
 def _consistent(log_dir):
   """Rows on disk == rows in run_metadata.json, bucket by bucket, digests included."""
   meta = _meta(log_dir)
@@ -286,6 +302,7 @@ def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
   logger.log_batch(records[:250], aggs[:250])
   logger.drain()  # the two full batches are written; the open one (50 records) is not
   del logger  # abandoned without close: the open batch is lost
+  _process_died(log_dir)
   assert _consistent(log_dir)["log"]["rows"] == 200
   # A crash between a part's rename and the metadata: the part is not listed.
   part = sorted(glob.glob(os.path.join(log_dir, "feature_log", "*.parquet")))[0]
@@ -339,6 +356,8 @@ def test_a_crash_while_merging_leaves_a_log_that_resumes(offline, taxi, tmp_path
         m.setattr(os, crash, _boom)
       with pytest.raises(OSError, match="crash"):
         logger.close()
+    if step == "listed":  # the crash stopped close() before it removed its lock, too
+      _process_died(log_dir)
     with _logger(offline, log_dir, batch_size=100) as again:
       pass
     meta = _consistent(log_dir)
