@@ -27,6 +27,7 @@ from transforms.codec import tfrecord
 from transforms.spec import fingerprint, run_metadata, schema
 from transforms.spec.dataset import record_columns
 from transforms.spec.key import key_batch
+from transforms.spec.lock import LOCK_FILE, live_writer
 from transforms.spec.stages import KEY, PARSE_FP, PARSE_FP as FP, RAW_FP
 
 __all__ = ["verify", "run", "report"]
@@ -102,7 +103,7 @@ def verify(root):
   problems = []
   columns = [(c["name"], c["type"]) for c in manifest["schema"]["columns"]]
   entries = manifest["shards"] + [manifest["rejected"], manifest["schema"]["file"]]
-  listed = {e["path"] for e in entries} | {dataset.MANIFEST}
+  listed = {e["path"] for e in entries} | {dataset.MANIFEST, LOCK_FILE}  # a lock is no output
   present = set(_listing(root))
   problems += [f"{p}: leftover of an interrupted run (rerun the job into this folder, which "
                "removes it, or delete it)" if p.startswith(dataset.TEMP_PREFIX) else
@@ -170,6 +171,10 @@ def run(argv=None):
   if FileSystems.exists(FileSystems.join(argv[0], run_metadata.FILE)):
     raise common.UsageError(f"{argv[0]} is a feature log, not an ingest dataset: skewtrace "
                             f"verify {argv[0]} (or python -m replay.verify_log) checks it")
+  writer = live_writer(argv[0])
+  if writer is not None:  # an ingest publishing: not damage, not yet a dataset
+    raise common.UsageError(f"{argv[0]} is being written by {writer}; verify it once that "
+                            "writer is done")
   return report(argv[0], verify(argv[0]))
 
 

@@ -10,7 +10,8 @@ Exit 0 intact, 1 damaged (each problem printed), 2 usage or not a dataset or log
 from apache_beam.io.filesystems import FileSystems
 
 from replay.diff.integrity import verify
-from transforms.spec import run_metadata
+from transforms.spec import lock, run_metadata
+from transforms.spec.errors import UsageError
 
 __all__ = ["verify", "is_log", "run"]
 
@@ -27,6 +28,10 @@ def run(argv=None):
   argv = list(argv or [])
   if len(argv) != 1 or argv[0].startswith("-") or not is_log(argv[0]):
     return verify_dataset.run(argv)
+  writer = lock.live_writer(argv[0])
+  if writer is not None:  # a logger compacting, a job publishing: not damage, not yet a log
+    raise UsageError(f"{argv[0]} is being written by {writer}; verify it once that writer is "
+                     "done")
   return verify_dataset.report(argv[0], verify(argv[0]),
                                "intact (every row re-read and re-fingerprinted)")
 

@@ -128,3 +128,28 @@ def test_two_loggers_on_one_directory_one_is_refused_and_nothing_is_lost(taxi_fe
   with open(os.path.join(log_dir, "run_metadata.json")) as f:
     assert json.load(f)["log"]["rows"] == int(logged) == 15002
   assert not os.path.exists(os.path.join(log_dir, lock.LOCK_FILE))
+
+
+def test_verify_says_being_written_while_a_live_writer_holds_the_folder(taxi_runs,
+                                                                        taxi_features,
+                                                                        tmp_path):
+  """verify on a folder a live job or logger is writing (compacting, publishing) answers that
+  it is being written (exit 2, one line), never DAMAGED; once the writer is gone, it judges."""
+  import shutil
+  from pipelines import verify as verify_dataset
+  from replay import verify_log
+  for name, folder in (("dataset", taxi_runs["direct"]), ("log", taxi_features["direct"])):
+    copy = str(tmp_path / name)
+    shutil.copytree(folder, copy)
+    held = lock.lock_folder(copy, "a ProductionLogger")
+    for verify in (verify_log.run, verify_dataset.run) if name == "dataset" else (
+        verify_log.run,):
+      with pytest.raises(UsageError) as e:
+        verify([copy])
+      assert f"{copy} is being written by pid {os.getpid()}" in str(e.value)
+      assert "\n" not in str(e.value)
+    held.release()
+    assert verify_log.run([copy]) == 0
+    dead = dict(host=socket.gethostname(), pid=_dead_pid(), started="then")
+    (tmp_path / name / lock.LOCK_FILE).write_text(json.dumps(dead))  # a killed writer's
+    assert verify_log.run([copy]) == 0

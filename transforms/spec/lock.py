@@ -20,7 +20,7 @@ import socket
 
 from transforms.spec.errors import UsageError
 
-__all__ = ["LOCK_FILE", "FolderLock", "lock_folder"]
+__all__ = ["LOCK_FILE", "FolderLock", "lock_folder", "live_writer"]
 
 LOCK_FILE = ".skewtrace-lock"
 
@@ -131,3 +131,22 @@ def lock_folder(folder, what):
   except OSError as e:
     raise UsageError(f"{folder}: cannot create the folder ({e.strerror})") from None
   return FolderLock(folder, what)
+
+
+def live_writer(folder):
+  """Who is writing `folder` now, in a few words (None: no lock, or its process is gone): what
+  verify says of a folder being written instead of judging files a live writer is changing.
+  A lock taken on another host counts as live (it cannot be checked from here)."""
+  if "://" in folder:
+    return None
+  path = os.path.join(folder, LOCK_FILE)
+  try:
+    with open(path, "rb") as f:
+      holder = json.loads(f.read().decode("utf-8"))
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError):
+    holder = {}
+  if holder.get("host") == socket.gethostname() and not _alive(holder):
+    return None
+  return _describe(holder, path)
