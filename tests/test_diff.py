@@ -514,6 +514,35 @@ def test_output_dir_with_other_files_needs_overwrite(taxi_features, tmp_path):
   assert (out / "notes.txt").read_text() == "mine"
 
 
+def test_a_report_is_published_as_one_unit(logs, tmp_path, monkeypatch):
+  """report.json is the commit point: a --overwrite diff that stops between its two writes
+  leaves no report.json beside another run's report.html (it left "no divergence" in the page
+  beside 15,002 divergent in the data)."""
+  from pipelines import dataset
+  from replay.report import render
+  out = tmp_path / "out"
+  assert _diff(logs["offline"], logs["offline"], out)[0] == 0  # a first report: no divergence
+  old_html = (out / "report.html").read_text()
+  write, written = dataset.write_atomically, []
+
+  def killed_at_the_second_file(path, data):
+    if written:
+      raise KeyboardInterrupt  # the process stopped between the two files
+    written.append(path)
+    return write(path, data)
+  monkeypatch.setattr(dataset, "write_atomically", killed_at_the_second_file)
+  with pytest.raises(KeyboardInterrupt):
+    diff.run(["--offline", logs["offline"], "--production", logs["production"], "--output_dir",
+              str(out), "--overwrite"])
+  if (out / "report.json").exists():  # a report.json is always its page's
+    with open(out / "report.json") as f:
+      assert render.render_html(json.load(f)) == (out / "report.html").read_text()
+  monkeypatch.setattr(dataset, "write_atomically", write)
+  code, report = _diff(logs["offline"], logs["production"], out, "--overwrite")
+  assert code == 1 == report["exit_code"]  # the pair published: the page is this report's
+  assert (out / "report.html").read_text() == render.render_html(report) != old_html
+
+
 def test_command_line_usage_error_is_one_line_and_exit_2(tmp_path):
   env = dict(os.environ, PYTHONHASHSEED="0")
   proc = subprocess.run([sys.executable, "-m", "replay.diff", "--offline", str(tmp_path / "a"),

@@ -386,10 +386,13 @@ def _run_planned(plan, opts, options):
     report = _build(plan, plan.equal_partial)
   if not FileSystems.exists(output_dir):
     FileSystems.mkdirs(output_dir)
-  dataset.write_atomically(FileSystems.join(output_dir, REPORT_JSON),
-                           (json.dumps(report, indent=2) + "\n").encode("utf-8"))
+  # One unit: report.json is the commit point, removed first and written last, so a folder
+  # never holds one run's report.json beside another run's report.html.
+  dataset.remove_tree(FileSystems.join(output_dir, REPORT_JSON))
   dataset.write_atomically(FileSystems.join(output_dir, REPORT_HTML),
                            render.render_html(report).encode("utf-8"))
+  dataset.write_atomically(FileSystems.join(output_dir, REPORT_JSON),
+                           (json.dumps(report, indent=2) + "\n").encode("utf-8"))
   print(render.render_text(report))
   print(f"report: {FileSystems.join(output_dir, REPORT_HTML)} (data: {REPORT_JSON} beside it)")
   return report["exit_code"]
