@@ -52,6 +52,35 @@ def test_a_dead_holders_lock_is_taken_over(tmp_path, holder):
   assert os.listdir(tmp_path) == []
 
 
+def test_writers_racing_for_a_dead_lock_end_with_one_holder(tmp_path):
+  """Eight writers at once, on a folder whose lock a dead process left: one takes it over, the
+  others are refused naming a live holder (never an empty or half-written lock), every round."""
+  import threading
+  for attempt in range(20):
+    folder = tmp_path / str(attempt)
+    folder.mkdir()
+    (folder / lock.LOCK_FILE).write_text(json.dumps(
+        {"pid": _dead_pid() if attempt == 0 else dead, "host": socket.gethostname()}))
+    dead = json.loads((folder / lock.LOCK_FILE).read_text())["pid"]
+    start, won, refused = threading.Barrier(8), [], []
+
+    def take():
+      start.wait()
+      try:
+        won.append(lock.lock_folder(str(folder), "skewtrace features"))
+      except UsageError as e:
+        refused.append(str(e))
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join()
+    assert len(won) == 1 and len(refused) == 7, (won, refused)
+    assert all(f"pid {os.getpid()} on {socket.gethostname()}" in r for r in refused), refused
+    assert sorted(os.listdir(folder)) == [lock.LOCK_FILE]
+    won[0].release()
+
+
 def test_a_lock_of_another_host_is_never_taken_over(tmp_path):
   (tmp_path / lock.LOCK_FILE).write_text(json.dumps(
       {"pid": _dead_pid(), "host": "not-" + socket.gethostname(), "started": "then"}))

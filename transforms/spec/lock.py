@@ -2,8 +2,11 @@
 
 Every job that writes a folder (ingest, features, diff, rerun) and every ProductionLogger takes
 the folder's lock before it touches anything there, and removes it when it is done. The lock
-file (LOCK_FILE) is created with O_CREAT | O_EXCL, so of two writers started together exactly
-one gets it; it holds {host, pid, process_start, started} as JSON. A second writer is refused
+file (LOCK_FILE) is created whole and exclusively (a temp file hard-linked to its name: the link
+fails while a lock is there), so of two writers started together exactly one gets it, and no
+reader sees it empty; it holds {host, pid, process_start, started} as JSON. A take-over removes
+a dead holder's lock under an exclusive flock of the folder, so of several writers that judged
+it dead one removes it and the others then find the winner's. A second writer is refused
 with one line naming the holder (UsageError, exit 2). A lock whose process is gone -- on this
 host, no process with its pid, or one that started after the lock was taken (a pid reused) --
 is taken over: only then may the new writer remove the dead run's temp files. A lock taken on
@@ -14,6 +17,7 @@ has no exclusive create, so a job writing there takes no lock (docs/operating.md
 `started` is wall-clock time, for a reader of the message; it is never part of an output.
 """
 import datetime
+import fcntl
 import json
 import os
 import socket
@@ -68,9 +72,9 @@ class FolderLock:
           "process_start": _process_start(os.getpid()),
           "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     data = json.dumps(me, sort_keys=True).encode("utf-8")
-    for _ in range(3):  # a take-over race ends with one holder
+    for _ in range(5):  # a take-over race ends with one holder
       try:
-        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        self._publish(data)
       except FileExistsError:
         holder = self._holder()
         if holder is None:  # released (or unreadable) between the two calls: try again
@@ -82,19 +86,39 @@ class FolderLock:
           raise UsageError(f"{folder} is being written by {what} "
                            f"{_describe(holder, self.path)}; wait for it or use another "
                            "folder") from None
-        try:  # its process is gone: the rename lets one of several new writers take it over
-          os.rename(self.path, f"{self.path}.dead-{me['pid']}")
-          os.remove(f"{self.path}.dead-{me['pid']}")
-        except FileNotFoundError:
-          continue
-        self.taken_over = holder
+        if self._remove_dead(folder, holder):
+          self.taken_over = holder
         continue
-      with os.fdopen(fd, "wb") as f:
-        f.write(data)
       self._mine = data
       return
     raise UsageError(f"{folder}: cannot take its lock {self.path} (another writer keeps "
                      "taking it)")
+
+  def _publish(self, data):
+    """Creates the lock file whole (its content in place before its name appears, so no
+    reader sees it empty): a temp file linked to the lock's name, which fails with
+    FileExistsError while another lock is there."""
+    tmp = f"{self.path}.{os.getpid()}.{id(self)}.tmp"
+    with open(tmp, "wb") as f:
+      f.write(data)
+    try:
+      os.link(tmp, self.path)
+    finally:
+      os.remove(tmp)
+
+  def _remove_dead(self, folder, judged):
+    """Removes the lock of the dead holder `judged`, under an exclusive flock of the folder that
+    every take-over takes: of several writers that judged it dead, the first removes it and the
+    others find another lock (a live one) when they look again. False if it changed meanwhile."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX)
+      if self._holder() != judged:
+        return False
+      os.remove(self.path)
+      return True
+    finally:
+      os.close(fd)  # releases the flock
 
   def _holder(self):
     try:
