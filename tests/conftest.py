@@ -1,4 +1,5 @@
 """Shared fixtures: paths to data, and ingest runs built once per session."""
+import collections.abc
 import csv
 import os
 
@@ -25,14 +26,32 @@ def ingest(output_dir, *args, inputs=TAXI_CSV):
   return str(output_dir)
 
 
+class Lazy(collections.abc.Mapping):
+  """A mapping whose values are built on first read, each by its own function: a session
+  fixture over several runners builds only the runs a test reads (most read "direct" only)."""
+
+  def __init__(self, builders):
+    self._builders, self._built = dict(builders), {}
+
+  def __getitem__(self, name):
+    if name not in self._built:
+      self._built[name] = self._builders[name]()
+    return self._built[name]
+
+  def __iter__(self):
+    return iter(self._builders)
+
+  def __len__(self):
+    return len(self._builders)
+
+
 @pytest.fixture(scope="session")
 def taxi_runs(tmp_path_factory):
-  """The taxi sample ingested (4 shards, TFMD schema) on each runner."""
-  out = {}
-  for name, flags in RUNNERS.items():
-    out[name] = ingest(tmp_path_factory.mktemp(name), "--num_shards", "4", "--schema",
-                       TAXI_SCHEMA, *flags)
-  return out
+  """The taxi sample ingested (4 shards, TFMD schema) on each runner, each built when read."""
+  def build(name):
+    return lambda: ingest(tmp_path_factory.mktemp(name), "--num_shards", "4", "--schema",
+                          TAXI_SCHEMA, *RUNNERS[name])
+  return Lazy({name: build(name) for name in RUNNERS})
 
 
 def keyed_taxi_csv(path, key):
@@ -113,18 +132,33 @@ def watched_features(input_dir, output_dir, *args):
 def watched_runs(taxi_runs, tmp_path_factory):
   """pipelines.features over the taxi ingest, offline profile, on the runners that start
   servers (multi_processing, portable_embed), each run as its own process whose listening
-  sockets were watched: {runner: (output_dir, sockets seen, exit code, stderr)}."""
-  return {name: watched_features(taxi_runs["direct"], tmp_path_factory.mktemp("features_" + name),
-                                 *RUNNERS[name])
-          for name in ("multi_processing", "portable_embed")}
+  sockets were watched, each built when read: {runner: (output_dir, sockets seen, exit code,
+  stderr)}."""
+  def build(name):
+    return lambda: watched_features(taxi_runs["direct"],
+                                    tmp_path_factory.mktemp("features_" + name), *RUNNERS[name])
+  return Lazy({name: build(name) for name in ("multi_processing", "portable_embed")})
 
 
 @pytest.fixture(scope="session")
 def taxi_features(taxi_runs, watched_runs, tmp_path_factory):
   """pipelines.features over the taxi ingest, offline profile, on each runner (in this process
-  on DirectRunner; the others as the watched processes of watched_runs)."""
-  out = {"direct": features(taxi_runs["direct"], tmp_path_factory.mktemp("features_direct"))}
-  for name, (path, _, code, err) in watched_runs.items():
-    assert code == 0, err[-2000:]
-    out[name] = path
-  return out
+  on DirectRunner; the others as the watched processes of watched_runs), each built when read."""
+  def watched(name):
+    def build():
+      path, _, code, err = watched_runs[name]
+      assert code == 0, err[-2000:]
+      return path
+    return build
+  return Lazy({"direct": lambda: features(taxi_runs["direct"],
+                                          tmp_path_factory.mktemp("features_direct")),
+               **{name: watched(name) for name in ("multi_processing", "portable_embed")}})
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """scripts/test.sh's --dist loadfile, with the modules that share the server runners' runs as
+  one unit and the units longest first (tests/schedule.py)."""
+  if config.getvalue("dist") != "loadfile":
+    return None
+  from tests.schedule import LongestFirst
+  return LongestFirst(config, log)

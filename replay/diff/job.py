@@ -36,6 +36,7 @@ from replay.diff import tolerance as tolerances
 from replay.report import render, report_model
 from transforms.spec import feature_log
 from transforms.spec.dataset import coverage_of
+from transforms.spec.run_metadata import LOST_BY_REASON
 from transforms.spec.errors import first_line
 
 __all__ = ["DiffOptions", "DiffFlags", "DiffPlan", "plan_diff", "build_pipeline", "run_job", "run",
@@ -331,7 +332,9 @@ def plan_diff(opts):
   for entry in equal:
     equal_partial = compare.merge(equal_partial, compare.equal_bucket(entry, kinds, context))
   sides = {s: report_model.Side(dir=dirs[s], runner=str(metas[s]["runner"]),
-                         rows=int(metas[s]["log"]["rows"])) for s in compare.SIDES}
+                                rows=int(metas[s]["log"]["rows"]),
+                                lost=dict(metas[s]["log"].get(LOST_BY_REASON, {})))
+           for s in compare.SIDES}
   return DiffPlan(output_dir=opts.output_dir, tasks=tuple(tasks), context=context,
                   equal_partial=equal_partial, sides=sides, tolerance=tol,
                   max_divergent_fraction=frac, buckets_total=len(differing) + len(equal),

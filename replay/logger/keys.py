@@ -14,11 +14,21 @@ __all__ = ["ContentKeys"]
 
 class ContentKeys:
   """The keys of one logger: key_columns ([] = content key). `ordinals`: {content-key hex: next
-  ordinal}, the state carried across batches."""
+  ordinal}, the state carried across batches; the hexes the last keys() call counted are kept
+  until the next, so a batch that was not written can be uncounted (forget_last)."""
 
   def __init__(self, key_columns):
     self._key_columns = list(key_columns)
-    self.ordinals = {}
+    self.ordinals, self._last = {}, []
+
+  def forget_last(self):
+    """Uncounts the ordinals the last keys() call counted (its batch was not written)."""
+    for h in self._last:
+      if self.ordinals[h] == 1:
+        del self.ordinals[h]
+      else:
+        self.ordinals[h] -= 1
+    self._last = []
 
   def continue_ordinals(self, fp_raw, fp_parse):
     """Counts already-logged records (their fp_raw / fp_parse) into the content-key ordinals,
@@ -32,7 +42,7 @@ class ContentKeys:
     (spec/key.py): the hex of its parse fingerprint -- or, when it failed typing, of its raw
     one -- + ':<ordinal>', the ordinal counted in arrival order."""
     n = typed.num_rows
-    clear = [None] * n
+    clear, self._last = [None] * n, []
     if self._key_columns:
       keyed = typed.select(self._key_columns)
       texts = key_batch(keyed, self._key_columns, self._key_columns, 1).column(KEY)
@@ -43,8 +53,8 @@ class ContentKeys:
     if content:
       rows = np.asarray(content, dtype=np.int64)
       hexes = hex64(np.where(ok, fp_parse, fp_raw)[rows])
-      ordinals = []
-      for h in hexes.to_pylist():
+      ordinals, self._last = [], hexes.to_pylist()
+      for h in self._last:
         ordinals.append(self.ordinals.get(h, 0))
         self.ordinals[h] = ordinals[-1] + 1
       keyed = content_keys(hexes, ordinals)

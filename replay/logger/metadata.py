@@ -9,11 +9,12 @@ from replay.logger import files
 from transforms.spec import fingerprint, pii, run_metadata
 from transforms.spec.errors import UsageError
 
-__all__ = ["LogMetadata", "RUNNER", "DROPPED_BY_REASON"]
+__all__ = ["LogMetadata", "RUNNER", "DROPPED_BY_REASON", "LOST_BY_REASON"]
 
 RUNNER = run_metadata.LOGGER_RUNNER
 # run_metadata.json's log.DROPPED_BY_REASON: {stage: {reason code: records}} (stages.py codes).
 DROPPED_BY_REASON = "dropped_by_reason"
+LOST_BY_REASON = run_metadata.LOST_BY_REASON
 # The run-metadata sections a resumed log must share with this logger (log.parts aside).
 _SAME = ("format", "profile", "schema", "runner", "stages", "pii", "logged_inputs")
 
@@ -35,15 +36,17 @@ class LogMetadata:
                        transform_fn=transform_fn)
     self._pii, self._inputs = pii_columns, logged_inputs
 
-  def document(self, content, dropped, buckets, parts):
+  def document(self, content, dropped, buckets, parts, lost):
     """run_metadata.json's document: content: the input's content digest (fingerprint state);
     dropped: {stage: {reason code: records}}; buckets: the part writer's entries; parts: the
-    number of the next write."""
+    number of the next write; lost: {reason: records} never written (recorded when any)."""
     doc = run_metadata.document(content_digest=fingerprint.digest_hex(content), buckets=buckets,
                                 **self._fixed)
     doc["log"]["parts"] = parts
     doc["log"][DROPPED_BY_REASON] = {s: dict(sorted(c.items()))
                                      for s, c in sorted(dropped.items())}
+    if lost:
+      doc["log"][LOST_BY_REASON] = dict(sorted(lost.items()))
     if self._pii:
       doc["pii"] = pii.Pii(tuple(self._pii)).metadata()
     if self._inputs is not None:  # input__C columns: the record columns' canonical text
@@ -56,6 +59,13 @@ class LogMetadata:
   def save(self, doc):
     """Publishes the document: temp name, fsync, rename."""
     os.replace(files.stage_file(self._path, run_metadata.dump(doc)), self._path)
+
+  def remove_staged(self):
+    """Removes the temp file a save the file system refused may have left."""
+    try:
+      os.remove(self._path + ".tmp")
+    except FileNotFoundError:
+      pass
 
   def resumed(self, mine):
     """The run metadata of the log this directory already holds (None: it holds none);

@@ -35,7 +35,7 @@ class PartWriter:
   def __init__(self, log_dir, num_buckets, schema, compression):
     self._log_dir, self._num_buckets, self._schema = log_dir, num_buckets, schema
     self._compression = compression
-    self._buckets, self.next_part = {}, 0
+    self._buckets, self.next_part, self._undo = {}, 0, None
     self._io = concurrent.futures.ThreadPoolExecutor(_IO_THREADS, "ProductionLoggerIO")
 
   # ------------------------------------------------------------------ the run metadata's view
@@ -85,6 +85,10 @@ class PartWriter:
              for b in np.flatnonzero(np.diff(bounds))}
     # Parquet's writer releases the GIL: the parts are encoded side by side.
     data = dict(zip(parts, self._io.map(self._bytes, [p for _, p in parts.values()])))
+    # What undo_last() restores: each touched bucket's entry as it was (None: it had none).
+    self._undo = ({b: None if b not in self._buckets else dict(
+        self._buckets[b], parts=len(self._buckets[b]["parts"]))
+        for b, _ in parts.values()}, list(data), self.next_part)
     for path, (b, part) in parts.items():
       entry = self._buckets.setdefault(b, {
           "rows": 0, "dropped": 0, "parts": [],
@@ -92,9 +96,25 @@ class PartWriter:
       entry["rows"] += part.num_rows
       entry["dropped"] += part.num_rows - part.column(feature_log.DROPPED_STAGE).null_count
       entry["parts"].append(path)
-      for s, d in feature_log.stage_digests(part).items():
-        entry["digests"][s] = fingerprint.add_digests(entry["digests"][s], d)
+      entry["digests"] = {**entry["digests"], **{  # a new dict: undo_last keeps the old
+          s: fingerprint.add_digests(entry["digests"][s], d)
+          for s, d in feature_log.stage_digests(part).items()}}
     self._publish(data)
+
+  def undo_last(self):
+    """Takes back the last write() (the run metadata could not list it, or it failed part-way):
+    its part files and temp files are removed and the entries it touched restored, so the
+    parts on disk are again those the last run metadata lists."""
+    if self._undo is None:
+      return
+    before, paths, self.next_part = self._undo
+    self._undo = None
+    for b, entry in before.items():
+      if entry is None:
+        self._buckets.pop(b, None)
+      else:
+        self._buckets[b] = dict(entry, parts=self._buckets[b]["parts"][:entry["parts"]])
+    self._remove(paths)
 
   def compact(self, commit):
     """Merges each bucket's parts into one part (rows in _ORDER, so the bytes depend only on
@@ -110,10 +130,16 @@ class PartWriter:
     paths = {b: feature_log.part_path(b, self._num_buckets, self.next_part) for b in merged}
     # The buckets merge side by side: Parquet's reader and writer and Arrow's sort release the GIL.
     data = dict(zip(paths.values(), self._io.map(merge, merged.values())))
+    self._publish(data)
     for b, path in paths.items():
       self._buckets[b]["parts"] = [path]
-    self._publish(data)
-    commit()
+    try:
+      commit()
+    except BaseException:  # the metadata still lists the old parts: the merged ones go
+      for b, parts in merged.items():
+        self._buckets[b]["parts"] = parts
+      self._remove(data)
+      raise
     for parts in merged.values():
       for p in parts:
         os.remove(os.path.join(self._log_dir, p))
@@ -128,6 +154,21 @@ class PartWriter:
     """Stages files {path: bytes} side by side (fsync waits for the disk, not the CPU: the
     journal commits them together), renames each into place, and counts the write."""
     stage = lambda p: files.stage_file(os.path.join(self._log_dir, p), data[p])  # noqa: E731
-    for path, tmp in zip(data, list(self._io.map(stage, data))):
-      os.replace(tmp, os.path.join(self._log_dir, path))
+    staged = [self._io.submit(stage, p) for p in data]
+    concurrent.futures.wait(staged)  # all finished before a failure is raised and cleaned up
+    try:
+      for path, tmp in zip(data, [f.result() for f in staged]):
+        os.replace(tmp, os.path.join(self._log_dir, path))
+    except BaseException:
+      self._remove(data)
+      raise
     self.next_part += 1
+
+  def _remove(self, paths):
+    """Removes the part files `paths` and their temp files, where they exist."""
+    for path in paths:
+      for name in (path, path + ".tmp"):
+        try:
+          os.remove(os.path.join(self._log_dir, name))
+        except FileNotFoundError:
+          pass

@@ -13,17 +13,18 @@ parts into one. Thread-safe. docs/logger.md.
   with ProductionLogger.from_features_dir("out/features", "out/serving_log") as log:
     log.log(record, {"area_trips_in_window": n}, watermark=t)  # aggregates: spec/window.py
 """
+import errno
 import os
 import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from replay.logger.batches import Batches
+from replay.logger.batches import LOST_QUEUE_FULL, WHEN_FULL, Batches, check_policy
 from replay.logger.config import features_config
-from replay.logger.metadata import DROPPED_BY_REASON, RUNNER, LogMetadata
+from replay.logger.metadata import DROPPED_BY_REASON, LOST_BY_REASON, RUNNER, LogMetadata
 from replay.logger.parts import PartWriter
-from replay.logger.rows import LogRows, RecordError, pii_hash, watermark_seconds
+from replay.logger.rows import Columns, LogRows, RecordError, pii_hash, watermark_seconds
 from transforms.graph import analyze, feed
 from transforms.spec import event_time, feature_log, fingerprint, pii, schema, window
 from transforms.spec import profile as profiles
@@ -31,7 +32,17 @@ from transforms.spec.errors import UsageError
 from transforms.spec.lock import lock_folder
 from transforms.spec.stages import PARSE, RAW, value_columns
 
-__all__ = ["ProductionLogger", "RecordError", "pii_hash", "RUNNER", "DROPPED_BY_REASON"]
+__all__ = ["ProductionLogger", "RecordError", "pii_hash", "RUNNER", "DROPPED_BY_REASON",
+           "LOST_BY_REASON", "LOST_QUEUE_FULL", "ON_WRITE_ERROR", "WHEN_FULL", "write_reason"]
+
+ON_WRITE_ERROR = ("drop", "raise")  # what a write the disk refuses does: docs/logger.md
+
+
+def write_reason(error):
+  """The lost-records reason of a write the file system refused: 'write_failed:<errno name>'
+  (write_failed:ENOSPC for a full disk; plain write_failed when the error names none)."""
+  name = errno.errorcode.get(getattr(error, "errno", None) or -1)
+  return "write_failed" + (f":{name}" if name else "")
 
 
 class ProductionLogger:
@@ -49,7 +60,11 @@ class ProductionLogger:
   served_features: the one-value transformed features whose served values (what serving fed the
   model) log() gets: logged as served__F, compared at the serve stage; log_inputs: log each record
   column's canonical text as input__C (the diff shows and compares them for records that differ at
-  raw or parse)."""
+  raw or parse); on_write_error: "drop" (keep serving: a batch the file system refuses is
+  taken back whole and counted lost, later writes try again) or "raise" (taken back, then raised
+  on the caller's next call; nothing more is written); when_full, full_wait_seconds: when
+  max_pending_batches wait, "block" makes the caller wait for room (at most full_wait_seconds
+  when given, then the batch is lost), "drop" loses the batch at once, counted either way."""
 
   def __init__(self, transform_fn_dir, profile, log_dir, columns, key_columns,
                event_time_column, aggregates, *, event_time_format=event_time.DEFAULT_FORMAT,
@@ -57,7 +72,8 @@ class ProductionLogger:
                num_buckets=16, batch_size=1024, transform_batch_size=2048,
                max_pending_batches=4, compact_on_close=True, empty_text_is_null=True,
                pii_columns=(), pii_key_env=None, compression="snappy", served_features=(),
-               log_inputs=False):
+               log_inputs=False, on_write_error="drop", when_full="block",
+               full_wait_seconds=None):
     if isinstance(profile, str):
       try:
         with open(profile, encoding="utf-8") as f:
@@ -80,6 +96,11 @@ class ProductionLogger:
       what = "event time" if isinstance(e, event_time.EventTimeError) else "aggregates"
       raise UsageError(f"{what}: {e}") from None
     self._aggregates = [window.describe(a) for a in aggregates]
+    if on_write_error not in ON_WRITE_ERROR:
+      raise UsageError(f"on_write_error must be one of {', '.join(ON_WRITE_ERROR)}, not "
+                       f"{on_write_error!r}")
+    self._on_write_error = on_write_error
+    check_policy(when_full, full_wait_seconds)
     if min(num_buckets, batch_size, transform_batch_size, max_pending_batches) < 1:
       raise UsageError("num_buckets, batch_size, transform_batch_size and max_pending_batches "
                        "must be >= 1")
@@ -100,6 +121,8 @@ class ProductionLogger:
         event_time=event, transform_fn=(transform_fn_dir, analyze.content_digest(transform_fn_dir)),
         pii_columns=self._pii, logged_inputs=names if log_inputs else None)
     self._counts = {"logged": 0, "dropped": 0, "sampled_out": 0, "flushes": 0}
+    self._health, self._lost_before = {"healthy": True, "last_error": None}, {}
+    self._batches = None  # started once the log directory is open
     # One logger per directory, held until close(): a second one is refused naming this one
     # (their parts would collide), a dead one's lock is taken over (transforms/spec/lock.py).
     self._lock = lock_folder(log_dir, "a ProductionLogger")
@@ -113,7 +136,7 @@ class ProductionLogger:
     # rules, part files and metadata until close(). stats() reads a snapshot under _stats_lock.
     self._stats_lock = threading.Lock()
     self._batches = Batches(batch_size, max_pending_batches, self._write_batch,
-                            "ProductionLogger")
+                            "ProductionLogger", when_full, full_wait_seconds)
 
   @classmethod
   def from_features_dir(cls, features_dir, log_dir, profile=None, import_module=False,
@@ -157,7 +180,12 @@ class ProductionLogger:
     array or a sequence}; watermark: for every record of the batch. RecordError (a UsageError
     and a ValueError) when it refuses them. Written as one batch, after the open one, on the
     worker thread: the table's buffers (a numpy array a pandas frame wraps) must not change
-    after the call (aggregates and served values given as numpy arrays are copied)."""
+    after the call (aggregates and served values given as numpy arrays are copied). With
+    when_full "drop", a call that meets a full queue returns at once: its records are counted
+    lost (queue_full) without being checked."""
+    rows = getattr(table, "num_rows", None)  # not a table: accept_table says what it is
+    if isinstance(rows, int) and self._batches.refuse_when_full(rows):  # lost unchecked
+      return
     self._batches.submit(self._rules.accept_table(table, aggregates, served,
                                                   watermark_seconds(watermark)))
 
@@ -171,25 +199,42 @@ class ProductionLogger:
 
   def close(self):
     """Writes the open batch, waits for the worker, then merges each bucket's parts into one
-    (compact_on_close). A second call does nothing."""
+    (compact_on_close; a merge the file system refuses leaves the parts, which are a whole log,
+    and, with on_write_error "drop", marks the logger unhealthy instead of raising). A second
+    call does nothing."""
     if not self._batches.close():
       return
     try:
       if self._batches.error is None and self._compact:
-        self._parts.compact(self._save_metadata)
+        try:
+          self._parts.compact(self._save_metadata)
+        except OSError as e:
+          self._unhealthy(e)
+          if self._on_write_error == "raise":
+            raise
     finally:
       self._parts.close()
       self._release()
     self._batches.raise_failure()
 
+  @property
+  def healthy(self):
+    """False from a write the file system refused until a later write succeeds."""
+    with self._stats_lock:
+      return self._health["healthy"]
+
   def stats(self):
     """Counts so far: accepted, logged (rows written), dropped (rows logged as dropped),
-    dropped_by_reason ({stage: {reason code: records}}), sampled_out, flushes and
-    pending_batches (full batches waiting for the worker)."""
+    dropped_by_reason ({stage: {reason code: records}}), sampled_out, flushes,
+    pending_batches (full batches waiting for the worker), lost (accepted records never
+    written: a full queue, a refused write), lost_by_reason ({reason: records}: queue_full,
+    write_failed:<errno name>), healthy and last_error (the last refused write's message)."""
     with self._stats_lock:
-      out = {"accepted": self._batches.accepted, **self._counts}
+      out = {"accepted": self._batches.accepted, **self._counts, **self._health}
       out[DROPPED_BY_REASON] = {s: dict(c) for s, c in self._dropped.items()}
     out["pending_batches"] = self._batches.pending()
+    out[LOST_BY_REASON] = self._lost()
+    out["lost"] = sum(out[LOST_BY_REASON].values())
     return out
 
   def __enter__(self):
@@ -204,9 +249,25 @@ class ProductionLogger:
 
   # ------------------------------------------------------------------ on the worker thread
   def _write_batch(self, items):
-    """Processes a batch, writes its parts (one per bucket), then the run metadata."""
+    """Processes a batch, writes its parts (one per bucket), then the run metadata. A write
+    the file system refuses (OSError) is taken back whole -- its parts removed, the stage
+    rules' counts restored -- so the files stay those the run metadata lists; then it is
+    counted lost ("drop") or raised ("raise")."""
+    before = self._rules.checkpoint()
     table = self._rules.rows(items)
-    self._parts.write(table)
+    try:
+      self._parts.write(table)
+      self._save_metadata()
+    except OSError as e:
+      self._parts.undo_last()
+      self._rules.undo_last(before)
+      self._meta.remove_staged()
+      self._unhealthy(e)
+      if self._on_write_error == "raise":
+        raise
+      self._batches.lose(items.table.num_rows if isinstance(items, Columns) else len(items),
+                         write_reason(e))
+      return
     with self._stats_lock:  # a snapshot for stats(): the rules' state is the worker's
       self._dropped = {s: dict(c) for s, c in self._rules.dropped.items()}
       self._counts["sampled_out"] = self._rules.sampled_out
@@ -214,23 +275,36 @@ class ProductionLogger:
       self._counts["logged"] += table.num_rows
       self._counts["dropped"] += table.num_rows - \
           table.column(feature_log.DROPPED_STAGE).null_count
-    self._save_metadata()
+      self._health = {"healthy": True, "last_error": None}
+
+  def _unhealthy(self, error):
+    with self._stats_lock:
+      self._health = {"healthy": False, "last_error": f"{type(error).__name__}: {error}"}
+
+  def _lost(self):
+    """{reason: records} lost over the log's life (a resumed log's earlier losses too)."""
+    out = dict(self._lost_before)
+    for reason, n in (self._batches.lost_counts() if self._batches else {}).items():
+      out[reason] = out.get(reason, 0) + n
+    return dict(sorted(out.items()))
 
   def _save_metadata(self):
     self._meta.save(self._meta.document(self._rules.content, self._rules.dropped,
-                                        self._parts.entries(), self._parts.next_part))
+                                        self._parts.entries(), self._parts.next_part,
+                                        self._lost()))
 
   def _open_log_dir(self):
     """Creates LOG_DIR, or resumes the log it holds: its parts, content digest, drop counts
     and (without key columns) content-key ordinals. Part and temp files its metadata does not
     list are removed, so parts and metadata agree."""
     meta = self._meta.resumed(self._meta.document(self._rules.content, self._rules.dropped,
-                                                  [], self._parts.next_part))
+                                                  [], self._parts.next_part, {}))
     if meta is not None:
       self._parts.restore(meta)
       self._rules.content = fingerprint.parse_digest(meta["input"]["content_digest"])
       self._rules.dropped = {s: dict(c) for s, c in
                              meta["log"].get(DROPPED_BY_REASON, {}).items()}
+      self._lost_before = dict(meta["log"].get(LOST_BY_REASON, {}))
     self._parts.remove_unlisted()
     if not self._meta.exists():  # a log directory always holds its run metadata
       self._save_metadata()

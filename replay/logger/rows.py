@@ -80,6 +80,16 @@ class LogRows(AcceptRecords):
     self.content, self.sampled_out, self.dropped = fingerprint.empty_digest(), 0, {}
 
   # ------------------------------------------------------------------ on the worker thread
+  def undo_last(self, before):
+    """Takes back what the last rows() call counted (its batch was not written): the state
+    `before` (checkpoint()'s, taken just before that call) and its content-key ordinals."""
+    self.content, self.sampled_out, self.dropped = before
+    self._keys.forget_last()
+
+  def checkpoint(self):
+    """The state rows() changes, for undo_last: (content, sampled_out, dropped)."""
+    return self.content, self.sampled_out, {s: dict(c) for s, c in self.dropped.items()}
+
   def continue_ordinals(self, fp_raw, fp_parse):
     """Counts already-logged records (their fp_raw / fp_parse) into the content-key ordinals,
     as a resumed log does (meaningful without key columns only)."""

@@ -74,6 +74,19 @@ def _explanations(report):
   return out
 
 
+def _lost(report):
+  """Lines: the records a side's logger accepted and never wrote (counted in its run
+  metadata), which the other side then holds alone."""
+  out = []
+  for side, other in (("offline", "production"), ("production", "offline")):
+    lost = report.get(side, {}).get("lost") or {}
+    if lost:
+      out.append(f"{side}'s logger lost {sum(lost.values())} records it accepted (" +
+                 ", ".join(f"{r} {n}" for r, n in sorted(lost.items())) +
+                 f"): they are among the {other}-only records")
+  return out
+
+
 def render_text(report):
   """The terminal summary (the caller prints the output paths after it)."""
   records = report.get("records", {})
@@ -90,6 +103,7 @@ def render_text(report):
   out.append("first divergent stage:")
   out.extend(_stage_line(report, s) for s in STAGES)
   out.extend(_plain(line) for line in _explanations(report))
+  out.extend(_plain(line) for line in _lost(report))
   for side, reasons in sorted(report.get("one_side_only", {}).items()):
     if reasons:
       out.append(f"{side} only: " + ", ".join(f"{_plain(r)} {n}"
@@ -154,6 +168,7 @@ def render_html(report, trend=None):
               ["production", prod.get("dir"), prod.get("runner"), prod.get("rows")]]),
       _table(["count", "records"], [[f.replace("_", " "), records.get(f, 0)]
                                     for f in RECORD_FIELDS], "records"),
+      "".join(f"<p class=\"note\" id=\"lost\">{_e(line)}</p>\n" for line in _lost(report)),
       _table(["one side only", "reason", "records"],
              [[side, r, n] for side, reasons in sorted(report.get("one_side_only", {}).items())
               for r, n in sorted(reasons.items())], "one-side-only"),

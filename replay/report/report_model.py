@@ -31,6 +31,13 @@ class Side(_Part):
   dir: str
   runner: str
   rows: int
+  lost: dict = dataclasses.field(default_factory=dict)  # {reason: records} a logger lost
+
+  def to_dict(self):  # "lost" only where the side's log lost records
+    out = dataclasses.asdict(self)
+    if not out["lost"]:
+      del out["lost"]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from transforms.spec.feature_log import LOG_SEED
 from transforms.spec.stages import STAGES
 from transforms.spec.window import describe
 
-__all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "EVENT_TIME", "TRANSFORM_FN", "MODULE_DIGEST",
+__all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "LOST_BY_REASON", "EVENT_TIME", "TRANSFORM_FN", "MODULE_DIGEST",
            "document", "dump", "load", "versions"]
 
 FORMAT = "skewtrace.features/1"
@@ -24,6 +24,9 @@ FILE = "run_metadata.json"
 # The runner a production logger records (replay.logger): it applies the spec's stage rules and
 # a written transform_fn in process, so the runner is no cause against it.
 LOGGER_RUNNER = "ProductionLogger"
+# log.LOST_BY_REASON: {reason: records} a production logger accepted and never wrote (a full
+# queue, a write the file system refused); absent when none. The diff reports it per side.
+LOST_BY_REASON = "lost_by_reason"
 EVENT_TIME, TRANSFORM_FN = "event_time", "transform_fn"  # the optional sections' keys
 MODULE_DIGEST = "transform_module_digest"  # the feature module's source digest (optional)
 
