@@ -20,20 +20,18 @@ from transforms.graph import quiet
 quiet.import_tensorflow()  # first: TensorFlow's native libraries load without start-up lines
 import tensorflow_transform.beam as tft_beam  # noqa: E402
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import StandardOptions
 from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
-from pipelines import common, dataset, feature_module, verify
+from pipelines import common, dataset, feature_module, features_output, verify
 from pipelines.features_flags import FeaturesOptions
 from pipelines.feature_module import load_profile_and_module
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.progress import Progress, stage_counts
 from transforms.codec import tfrecord
-from transforms.graph import analyze
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
-from transforms.spec import event_time, feature_log, modules, pii, run_metadata, schema, window
+from transforms.spec import event_time, feature_log, pii, run_metadata, schema, window
 from transforms.spec import profile as profiles
-from transforms.spec.dataset import coverage_of, record_columns, side_of
+from transforms.spec.dataset import record_columns, side_of
 from transforms.spec.errors import first_line
 from transforms.spec.stages import STAGES, value_columns as stage_value_columns
 from transforms.stages.serialize_records import SerializeRecords
@@ -45,7 +43,7 @@ from transforms.stages.write_feature_log import WriteFeatureLog, with_log_hash
 __all__ = ["FeaturesPlan", "plan_features", "build_pipeline", "load_profile_and_module",
            "check_transform_fn_dir", "read_dataset_column", "run_job", "LOG_INFO"]
 
-LOG_INFO = "_log.json"  # the buckets' infos, in the run's temp folder
+LOG_INFO = features_output.LOG_INFO  # the buckets' infos, in the run's temp folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,37 +317,6 @@ def _write_json(value, path):
     f.write(json.dumps(value, sort_keys=True).encode("utf-8"))
 
 
-def _publish(plan, temp_dir, options):
-  out = plan.output_dir
-  with FileSystems.open(FileSystems.join(temp_dir, LOG_INFO),
-                        compression_type="uncompressed") as f:
-    buckets = sorted(json.loads(f.read().decode("utf-8")), key=lambda b: b["bucket"])
-  dataset.remove_tree(FileSystems.join(out, run_metadata.FILE))
-  for sub in (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.LOG_DIR):
-    dataset.move_tree(FileSystems.join(temp_dir, sub), FileSystems.join(out, sub))
-  fn_dir = FileSystems.join(out, feature_log.TRANSFORM_FN_DIR)
-  metadata = run_metadata.document(
-      profile=plan.profile, transform_module=plan.module.__name__,
-      input_dir=plan.input_dir, content_digest=plan.manifest["content_digest"],
-      key_columns=plan.manifest["key_columns"], columns=plan.columns,
-      aggregates=list(plan.aggregates),
-      runner=str(options.view_as(StandardOptions).runner or "DirectRunner"),
-      # A given transform_fn's analyze stage is read from its copy by the analysing run's rule.
-      analyze=analyze.analyze_fingerprints(fn_dir),
-      num_buckets=plan.log_buckets, buckets=buckets, event_time=plan.event,
-      transform_fn=(plan.transform_fn_dir, analyze.content_digest(fn_dir)),
-      module_digest=modules.source_digest(plan.module),
-      source={"format": plan.manifest["options"].get("input_format", "csv"),
-              "num_shards": plan.manifest["num_shards"],
-              "schema": plan.manifest["schema"].get("source", "inferred"),
-              "coverage": coverage_of(plan.manifest),  # what the diff's --scope reads
-              "side_columns": side_of(plan.manifest)})
-  if plan.pii_rule.columns:
-    metadata["pii"] = plan.pii_rule.metadata()
-  dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
-  return metadata
-
-
 def run_job(opts, options):
   """Runs the features job for FeaturesFlags `opts` with the Beam `options`; returns the exit
   code. Raises UsageError for bad flags/input."""
@@ -371,7 +338,7 @@ def _run_planned(plan, verifying, opts, options, pool, started):
       # TFT makes its temp folders while the graph is built: taken back if the input fails.
       pipeline = build_pipeline(plan, options, temp_dir)
       _verified(plan.input_dir, verifying)
-      dataset.refuse_foreign_entries(plan.output_dir, opts.overwrite)
+      features_output.check_output(plan, opts.overwrite)
       dataset.remove_stale_temps(plan.output_dir, keep=temp_dir)
     except BaseException:  # a folder the lock made is removed again by one_writer
       dataset.remove_tree(temp_dir)
@@ -382,7 +349,7 @@ def _run_planned(plan, verifying, opts, options, pool, started):
     with quiet.start_up_lines_filtered():  # the SDK worker processes' TensorFlow start-up
       result = pipeline.run()
       result.wait_until_finish()
-    metadata = _publish(plan, temp_dir, options)
+    metadata = features_output.publish(plan, temp_dir, options)
   finally:
     dataset.remove_tree(temp_dir)
   log = metadata["log"]

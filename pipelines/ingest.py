@@ -87,7 +87,7 @@ class IngestOptions(PipelineOptions):
     parser.add_argument("--logged_aggregates", default="",
                         help="Side columns holding a windowed aggregate as serving's online "
                              "store computed it: COLUMN=AGGREGATE,... Kept beside the record, "
-                             "outside its fingerprints; INT when a --schema does not type it.")
+                             "outside its fingerprints; FLOAT when a --schema does not type it.")
     parser.add_argument("--num_shards", type=int, default=0,
                         help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",

@@ -86,6 +86,13 @@ def _decoded_digest(entry, data, columns, record, key_columns=()):
           problems)
 
 
+def _top_names(root):
+  """The names at the top of a folder, dot-names included (Beam's local match skips them)."""
+  if "://" not in root:
+    return sorted(os.listdir(root)) if os.path.isdir(root) else []
+  return dataset.top_entries(root)
+
+
 def verify(root):
   """A list of problems (empty when intact). Raises UsageError when root is no dataset."""
   if not FileSystems.exists(root):
@@ -95,7 +102,11 @@ def verify(root):
   except (ValueError, UnicodeDecodeError) as e:
     return [f"{dataset.MANIFEST}: unreadable ({e})"]
   if manifest is None:
-    raise common.UsageError(f"{root} holds no {dataset.MANIFEST}: not a skewtrace dataset")
+    temps = [e for e in _top_names(root) if e.startswith(dataset.TEMP_PREFIX)]
+    raise common.UsageError(
+        f"{root} holds no {dataset.MANIFEST}: not a skewtrace dataset" + (
+            f"; {', '.join(temps)} is the leftover of an interrupted run (rerun the job into "
+            "this folder, which removes it)" if temps else ""))
   try:
     jsonschema.validate(manifest, manifests.schema(manifests.DATASET_MANIFEST))
   except jsonschema.ValidationError as e:

@@ -50,17 +50,29 @@ def _verify(folder):
                         text=True, timeout=300)
 
 
+# What a run moves into place before it writes its marker (the commit point, docs/formats.md
+# "Atomic publish"): a kill in between leaves them, unpublished, beside the run's temp folder.
+_PUBLISHED_FIRST = {"manifest.json": {"tfrecord", "parquet", "rejected", "schema.pbtxt"},
+                    "run_metadata.json": {"transform_fn", "transformed", "feature_log"}}
+
+
 def _published_or_nothing(folder, marker):
-  """A folder holding `marker` verifies; one without holds nothing but temp folders (and the
-  dead run's lock file, no output: the next run takes it over)."""
+  """A folder holding `marker` verifies. One without holds nothing but temp folders, the dead
+  run's lock file and what the run moved into place before its marker, and is then no output:
+  verify refuses it (exit 2), naming the temp folder the interrupted run left."""
   if not os.path.exists(folder):
     return
   if os.path.exists(os.path.join(folder, marker)):
     result = _verify(folder)
     assert result.returncode == 0, result.stdout + result.stderr
-  else:
-    assert set(os.listdir(folder)) <= {os.path.basename(t) for t in _temps(folder)} | {
-        LOCK_FILE}, os.listdir(folder)
+    return
+  temps = {os.path.basename(t) for t in _temps(folder)}
+  assert set(os.listdir(folder)) <= temps | {LOCK_FILE} | _PUBLISHED_FIRST[marker], \
+      os.listdir(folder)
+  if set(os.listdir(folder)) & _PUBLISHED_FIRST[marker]:  # a kill inside the publish
+    assert temps, os.listdir(folder)  # the run's temp folder goes after its marker
+    result = _verify(folder)
+    assert result.returncode == 2 and sorted(temps)[0] in result.stderr, result.stderr
 
 
 def _run(cmd):

@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -428,3 +429,22 @@ def test_tft_batches_carry_the_passthrough_columns_back():
   assert back.column("__t__").to_pylist() == [7, 8]
   assert back.column("w").type == pa.uint64() and back.column("w").to_pylist() == [1, 2]
   assert back.column("x").to_pylist() == [[1.5], None]
+
+
+def test_the_same_command_again_replaces_its_own_output(taxi_runs, taxi_features, tmp_path):
+  """A run killed after publishing (or rerun nightly) leaves its complete output: the same
+  command again replaces it, as ingest and diff do theirs; another run's output, or a killed
+  publish's leftovers beside a foreign file, still need --overwrite."""
+  out = tmp_path / "out"
+  shutil.copytree(taxi_features["direct"], out)
+  assert features(taxi_runs["direct"], out) == str(out)
+  assert _file_hashes(str(out)) == _file_hashes(taxi_features["direct"])
+  # Another option (8 log buckets): another run's output, refused, nothing touched.
+  before = _file_hashes(str(out))
+  argv = ["--input_dir", taxi_runs["direct"], "--output_dir", str(out), "--profile",
+          os.path.join(ROOT, "profiles", "offline.yaml"), "--transform_module",
+          "transforms.taxi", "--log_buckets", "8"]
+  from pipelines import features as features_job
+  with pytest.raises(common.UsageError, match="already holds another features run"):
+    features_job.run(argv)
+  assert _file_hashes(str(out)) == before

@@ -135,6 +135,21 @@ def test_verify_accepts_intact_and_names_each_damage(taxi_runs, tmp_path):
   ]
 
 
+def test_verify_of_an_interrupted_run_names_its_leftover(taxi_runs, tmp_path):
+  """A run killed inside its publish leaves data folders and its temp folder, no manifest:
+  not a dataset, and verify names the leftover."""
+  root = tmp_path / "killed"
+  shutil.copytree(taxi_runs["direct"], root)
+  os.remove(root / "manifest.json")
+  os.makedirs(root / ".tmp-0123abcd")
+  with pytest.raises(common.UsageError, match=r"holds no manifest.json.*\.tmp-0123abcd is the "
+                     "leftover of an interrupted run"):
+    verify.verify(str(root))
+  os.rmdir(root / ".tmp-0123abcd")  # no leftover: nothing named
+  with pytest.raises(common.UsageError, match=r"not a skewtrace dataset$"):
+    verify.verify(str(root))
+
+
 def _reseal(root, path):
   """The manifest's bytes and sha256 of `path` recomputed: a consistent forgery."""
   import hashlib

@@ -347,7 +347,8 @@ def test_a_crash_while_merging_leaves_a_log_that_resumes(offline, taxi, tmp_path
     logger.close()
     before = _consistent(log_dir)
     assert all(len(b["parts"]) > 1 for b in before["log"]["buckets"])
-    logger = _logger(offline, log_dir, batch_size=100)
+    # on_write_error="raise": the failure stops close() where it happened, as a crash would
+    logger = _logger(offline, log_dir, batch_size=100, on_write_error="raise")
     crash = {"staged": "replace", "renamed": "_save_metadata", "listed": "remove"}[step]
     with pytest.MonkeyPatch.context() as m:
       if crash == "_save_metadata":

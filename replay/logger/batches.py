@@ -81,7 +81,7 @@ class Batches:
   def flush(self):
     """Hands the open batch to the worker and returns once it is written."""
     with self._lock:
-      self._hand_over(len(self._buffer))
+      self._hand_over(len(self._buffer), wait=True)
     self.drain()
 
   def close(self):
@@ -91,7 +91,7 @@ class Batches:
       if self._closed:
         return False
       self._closed = True
-      self._hand_over(len(self._buffer))
+      self._hand_over(len(self._buffer), wait=True)
       self._queue.put(_STOP)
     self._worker.join()
     return True
@@ -127,16 +127,20 @@ class Batches:
     if self.error is not None:
       raise self.error
 
-  def _hand_over(self, n):
+  def _hand_over(self, n, wait=False):
     """Queues the first n buffered records (caller holds _lock, so batches queue in arrival
-    order)."""
+    order); wait: for room, whatever the policy (flush and close wait by definition)."""
     if n:
       batch, self._buffer = self._buffer[:n], self._buffer[n:]
-      self._queue_batch(batch, n)
+      self._queue_batch(batch, n, wait)
 
-  def _queue_batch(self, batch, n):
-    """Puts a batch of n records on the queue; when it is full, waits (when_full "block", at
-    most full_wait seconds when given) or not at all ("drop"), then counts the batch lost."""
+  def _queue_batch(self, batch, n, wait=False):
+    """Puts a batch of n records on the queue; when it is full, waits (`wait`, or when_full
+    "block", at most full_wait seconds when given) or not at all ("drop"), then counts the
+    batch lost."""
+    if wait:
+      self._queue.put(batch)
+      return
     try:
       if self._when_full == "drop":
         self._queue.put_nowait(batch)
