@@ -48,5 +48,5 @@ setuptools.setup(
     python_requires=">=3.11,<3.12",
     install_requires=REQUIRED,
     extras_require={"test": TEST, "bench": TEST + BENCH},
-    entry_points={"console_scripts": ["skewtrace=replay.cli:main"]},
+    entry_points={"console_scripts": ["skewtrace=replay.cli:console"]},
 )

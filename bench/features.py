@@ -24,6 +24,13 @@ Prints wall times (and the CPU time and the 1-minute load average before each ru
 shared, so a loaded run shows it), the overhead of (2) over (1w) against the target, and, for
 what the stages and the log cost in absolute terms, over (1) and (1s), TFT alone. With --repeat N
 the five run N times, alternating, and the three overall overheads are also printed as medians.
+
+  python bench/features.py --memory 1000000,8000000
+
+Memory: for each row count, (1w) bare TFT writing its output -- the baseline -- and (2)
+pipelines.features (the default local runner, DirectRunner in memory), each in its own process;
+prints each one's peak RSS (its process and children, ru_maxrss) and, per contender, the peak
+at the largest count over the peak at the smallest (target: (2) <= 1.2x, issue 35).
 """
 import argparse
 import os
@@ -108,11 +115,51 @@ def timed(cmd):
   return wall, cpu, load
 
 
+# Runs argv[1:] and prints the peak RSS in KiB of it and its children (Linux ru_maxrss).
+_PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def peak_rss(cmd):
+  """(peak RSS in bytes, wall seconds) of one process and its children."""
+  start = time.monotonic()
+  out = subprocess.run([sys.executable, "-c", _PEAK] + cmd, cwd=ROOT, check=True,
+                       capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
+  return int(out.stdout.strip().splitlines()[-1]) * 1024, time.monotonic() - start
+
+
+def memory(counts):
+  py, peaks = sys.executable, {}
+  for rows in counts:
+    with tempfile.TemporaryDirectory() as d:
+      data = ingest_bench.prepared_dataset(d, rows)
+      job = ["--input_dir", data, "--profile", os.path.join(ROOT, "profiles", "offline.yaml"),
+             "--transform_module", "transforms.taxi"]
+      peaks[rows] = {
+          "(1w) bare TFT writing its output": peak_rss([py, "-c", BARE, data,
+                                                       os.path.join(d, "written"), "write"]),
+          "(2) pipelines.features": peak_rss([py, "-m", "pipelines.features", "--output_dir",
+                                              os.path.join(d, "features")] + job)}
+    for label, (peak, wall) in peaks[rows].items():
+      print(f"rows {rows:>10,}  {label + ':':36s} peak RSS {peak / 2**30:6.2f} GiB  "
+            f"({wall:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
+  lo, hi = min(counts), max(counts)
+  for label in peaks[lo]:
+    ratio = peaks[hi][label][0] / peaks[lo][label][0]
+    print(f"{label}: peak at {hi:,} / peak at {lo:,} rows = {ratio:.2f}" +
+          (f"  (target <= 1.2: {'met' if ratio <= 1.2 else 'not met'})" if "(2)" in label else ""))
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--rows", type=int, default=1_000_000)
   ap.add_argument("--repeat", type=int, default=1)
+  ap.add_argument("--memory", default="", help="row counts, e.g. 1000000,8000000: peak RSS "
+                  "of (1w) and (2) at each")
   args = ap.parse_args()
+  if args.memory:
+    return memory(sorted(int(n) for n in args.memory.split(",")))
   py = sys.executable
   with tempfile.TemporaryDirectory() as d:
     data = ingest_bench.prepared_dataset(d, args.rows)

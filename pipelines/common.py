@@ -15,8 +15,8 @@ from transforms.spec.errors import DataError, HelpRequested, UsageError
 from transforms.spec.run_metadata import versions
 
 __all__ = ["UsageError", "DataError", "HelpRequested", "OutputOptions", "JobOptions",
-           "parse_options", "job_options", "job_help", "versions", "main_wrapper", "exit_now", "flag_names",
-           "flags_type", "flags_of"]
+           "parse_options", "job_options", "job_help", "versions", "main_wrapper", "exit_now",
+           "process_main", "flag_names", "flags_type", "flags_of"]
 
 
 class OutputOptions(PipelineOptions):
@@ -194,6 +194,21 @@ def main_wrapper(run):
     print("error: " + "; ".join(line.strip() for line in str(e).splitlines() if line.strip()),
           file=sys.stderr)
     code = e.exit_code
+  sys.exit(code or 0)
+
+
+def process_main(main, *args):
+  """Runs main(*args) as the entry point of a command's process (`python -m`, the console
+  script), then ends the process through exit_now with the code it exits with. main_wrapper
+  alone raises SystemExit, so that a caller in the same process (a test) gets it back."""
+  try:
+    main(*args)
+    code = 0
+  except SystemExit as e:
+    code = e.code
+    if code is not None and not isinstance(code, int):  # sys.exit("message"), as Python does
+      print(code, file=sys.stderr)
+      code = 1
   exit_now(code or 0)
 
 

@@ -44,4 +44,4 @@ def run(argv=None, save_main_session=True):
 
 
 if __name__ == "__main__":
-  common.main_wrapper(run)
+  common.process_main(common.main_wrapper, run)

@@ -200,4 +200,4 @@ def report(root, problems, intact="intact"):
 
 
 if __name__ == "__main__":
-  common.main_wrapper(run)
+  common.process_main(common.main_wrapper, run)

@@ -353,4 +353,4 @@ def run(argv=None):
 
 
 if __name__ == "__main__":
-  common.main_wrapper(run)
+  common.process_main(common.main_wrapper, run)

@@ -60,10 +60,15 @@ def run(argv):
 
 
 def main():
-  """Entry point of the console script."""
+  """The console script's command: SystemExit with its exit code (common.main_wrapper)."""
   sys.argv = ["skewtrace"] + sys.argv[1:]
   common.main_wrapper(run)
 
 
+def console():
+  """Entry point of the console script: main() as its process's entry (common.process_main)."""
+  common.process_main(main)
+
+
 if __name__ == "__main__":
-  main()
+  console()

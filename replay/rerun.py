@@ -165,4 +165,4 @@ def _run_planned(dirs, options, flags):
 
 
 if __name__ == "__main__":
-  common.main_wrapper(run)
+  common.process_main(common.main_wrapper, run)

@@ -38,4 +38,4 @@ def run(argv=None):
 
 if __name__ == "__main__":
   from pipelines import common as _common
-  _common.main_wrapper(run)
+  _common.process_main(_common.main_wrapper, run)

@@ -177,13 +177,14 @@ def run(argv):
   threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined"))).start()
   print("result printed")
   return int(argv[0])
-common.main_wrapper(run)
+common.process_main(common.main_wrapper, run)
 """
 
 
 def test_a_command_ends_with_its_code_after_its_exit_handlers_and_output():
-  """main_wrapper ends through common.exit_now: threads joined, exit handlers run, output
-  flushed (here into a pipe, which buffers), then the code -- and no C++ teardown after it."""
+  """A command's process ends through common.exit_now (process_main): threads joined, exit
+  handlers run, output flushed (here into a pipe, which buffers), then the code -- and no C++
+  teardown after it."""
   for code in (0, 1, 2):
     result = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(code)], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)

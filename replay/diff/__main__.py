@@ -4,4 +4,4 @@ from replay.diff import job
 
 if __name__ == "__main__":
   common.COMMAND["prog"] = "python -m replay.diff"
-  common.main_wrapper(job.run)
+  common.process_main(common.main_wrapper, job.run)
