@@ -3,6 +3,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -15,7 +16,7 @@ from transforms.spec.lock import LOCK_FILE, lock_folder
 
 __all__ = ["TEMP_PREFIX", "one_writer", "remove_stale_temps", "match_inputs", "read_header",
            "read_text", "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree",
-           "write_atomically", "top_entries",
+           "write_atomically", "top_entries", "write_problem",
            "refuse_foreign_entries", "summary",
            "load_manifest", "read_columns", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
@@ -36,7 +37,24 @@ def match_inputs(patterns):
     paths.update(m.path for m in result.metadata_list if not _is_dir(m.path))
   if not paths:
     raise UsageError(f"no input matched {patterns!r}")
+  for path in sorted(p for p in paths if "://" not in p):
+    _check_readable_file(path)
   return sorted(paths)
+
+
+def _check_readable_file(path):
+  """UsageError unless a local input is a regular file this process can open: a FIFO or a
+  device (/dev/zero) would be read forever or never end, and an unreadable file would fail
+  half-way through the job."""
+  try:
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+      raise UsageError(f"--input {path}: not a regular file (a FIFO, device or socket is "
+                       "refused: it may never end)")
+    with open(path, "rb"):
+      pass
+  except OSError as e:
+    raise UsageError(f"--input {path}: cannot read ({e.strerror or e})") from None
 
 
 def _is_dir(path):
@@ -155,6 +173,29 @@ def one_writer(output_dir, what):
       lock.release()
       if not existed and os.path.isdir(output_dir) and not os.listdir(output_dir):
         os.rmdir(output_dir)
+
+
+def write_problem(path, folder):
+  """Why this process cannot create or write the local `path` (a folder when `folder`, else a
+  file), or None: the path, or the nearest part of it that exists, must be a folder (the path
+  itself a file when it is one) on a file system this process may write."""
+  if "://" in path:
+    return None
+  path = os.path.abspath(path)
+  if os.path.exists(path):
+    if folder != os.path.isdir(path):
+      return f"{path} is {'a file, not a folder' if folder else 'a folder, not a file'}"
+    where = path if folder else os.path.dirname(path)
+  else:
+    where = os.path.dirname(path)
+    while not os.path.exists(where):
+      where = os.path.dirname(where)
+    if not os.path.isdir(where):
+      return f"{where} is a file, not a folder"
+  if not os.access(where, os.W_OK | os.X_OK) or (not folder and os.path.exists(path) and
+                                                  not os.access(path, os.W_OK)):
+    return f"{where} cannot be written (permission denied or a read-only file system)"
+  return None
 
 
 def remove_stale_temps(output_dir, keep=None):

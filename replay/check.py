@@ -325,6 +325,11 @@ def run(argv=None):
   for side, path in (("offline", offline), ("production", production)):
     if not FileSystems.exists(FileSystems.join(path, run_metadata.FILE)):
       raise common.UsageError(f"{night}: no {side} partition at {path}")
+  for what, path, folder in (("reports", config["reports"], True),
+                             ("history", config["history"], False)):
+    problem = dataset.write_problem(path, folder)
+    if problem:  # before the diff: a path the night cannot be written to costs no report
+      raise common.UsageError(f"{what} {path}: {problem}")
   check_history(config["history"])
   check_threshold_features(config["thresholds"], offline)
   out = FileSystems.join(config["reports"], night.isoformat())

@@ -30,6 +30,9 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   a.b is the placeholder {a_b})."""
   d = tmp_path_factory.mktemp("bad_input")
   out = {"dataset": taxi_runs["direct"], "log": taxi_features["direct"], "dir": d}
+  fifo = tmp_path_factory.mktemp("fifo") / "in.csv"  # apart: hashing d's files would block
+  os.mkfifo(fifo)
+  out["fifo"] = str(fifo)
   (d / "empty").mkdir()
   (d / "garbage.csv").write_bytes(b"\xff\xfe\x00garbage\x00" * 50)
   (d / "header_only.csv").write_text("a,b,c\n")
@@ -56,6 +59,10 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   (d / "bad_fraction.yaml").write_text(yaml.safe_dump(
       dict(config, thresholds={"divergent_fraction": 3})))
   (d / "missing_night.yaml").write_text(yaml.safe_dump(config))
+  (d / "reports_is_a_file.yaml").write_text(yaml.safe_dump(dict(config,
+                                                                reports=str(d / "a_file"))))
+  (d / "history_under_a_file.yaml").write_text(yaml.safe_dump(dict(
+      config, history=str(d / "a_file" / "history.sqlite"))))
   shutil.copytree(taxi_features["direct"], d / "nights" / "2026-01-02")  # a night that is there
   with open(TAXI_CSV, "rb") as f:
     taxi = f.read()
@@ -132,6 +139,7 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
       "jsonl_named.csv", "gzip_named.csv", "deep_manifest",
       "deep_meta", "deep.yaml", "huge_shards.yaml", "huge_size.yaml", "huge_seed.yaml",
       "zero_size.yaml", "text_size.yaml", "history_is_dir.yaml", "history_not_sqlite.yaml",
+      "reports_is_a_file.yaml", "history_under_a_file.yaml",
       "unknown_threshold.yaml")})
   out.update({k.replace(".", "_"): str(d / k) for k in (
       "empty", "garbage.csv", "header_only.csv", "bad.pbtxt", "bad_profile.yaml",
@@ -211,6 +219,10 @@ CASES = [
     ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--max_rejected_fraction", "2"],
      "max_rejected_fraction"),
     ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--formats", "csv"], "formats"),
+    ("ingest", ["--input", "{fifo}", "--output_dir", "{out}"], "not a regular file"),
+    ("ingest", ["--input", "/dev/zero", "--output_dir", "{out}"], "not a regular file"),
+    ("rerun", ["--input", "{fifo}", "--output_dir", "{out}", "--profile_a", PROFILE,
+               "--profile_b", PROFILE, "--schema", TAXI_SCHEMA], "not a regular file"),
     ("features", ["--input_dir", "{deep_manifest}", "--output_dir", "{out}", "--profile",
                   PROFILE], "manifest.json"),
     ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
@@ -247,6 +259,10 @@ CASES = [
     ("check", ["--config", "{unknown_threshold_yaml}", "--date", "2026-01-02"],
      "no_such_feature"),
     ("check", ["--config", "{deep_yaml}"], "deep.yaml"),
+    ("check", ["--config", "{reports_is_a_file_yaml}", "--date", "2026-01-02"],
+     "is a file, not a folder"),
+    ("check", ["--config", "{history_under_a_file_yaml}", "--date", "2026-01-02"],
+     "is a file, not a folder"),
 ] + [("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile", PROFILE,
                    "--transform_module", f"bad_{name}"], word) for name, word in (
                        ("raises_on_import", "boom at import"), ("syntax_error", "bad_syntax_error"),
@@ -349,3 +365,57 @@ def test_verify_names_an_unreadable_manifest_as_damage(folder, files, capsys, mo
   out = capsys.readouterr().out.splitlines()
   assert e.value.code == 1
   assert [line for line in out if line.startswith("DAMAGED manifest.json: unreadable (")], out
+
+
+@pytest.fixture
+def read_only(tmp_path):
+  """A folder holding `exists/` that this process cannot write: a read-only tmpfs where it can
+  mount one (root), else a folder without write permission (any other user)."""
+  import subprocess
+  root = tmp_path / "ro"
+  (root / "exists").mkdir(parents=True)
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)],
+                           capture_output=True).returncode == 0
+  if mounted:
+    (root / "exists").mkdir()
+    subprocess.run(["mount", "-o", "remount,ro", str(root)], check=True)
+  else:
+    os.chmod(root / "exists", 0o555)
+    os.chmod(root, 0o555)
+  try:
+    yield root
+  finally:
+    if mounted:
+      subprocess.run(["umount", "-l", str(root)], check=True)
+    else:
+      os.chmod(root, 0o755)
+      os.chmod(root / "exists", 0o755)
+
+
+def test_an_output_that_cannot_be_written_is_one_line_before_anything_runs(
+    files, read_only, tmp_path, capsys, monkeypatch):
+  config = yaml.safe_load(open(files["missing_night_yaml"]))
+  for what in ("reports", "history"):
+    (tmp_path / f"{what}.yaml").write_text(yaml.safe_dump(dict(
+        config, **{what: str(read_only / "exists" / ("h.sqlite" if what == "history" else
+                                                     "reports"))})))
+  for name, argv, word in [
+      ("ingest", ["--input", TAXI_CSV, "--output_dir", str(read_only / "new")],
+       "cannot create the folder"),
+      ("ingest", ["--input", TAXI_CSV, "--output_dir", str(read_only / "exists")],
+       "cannot write there"),
+      ("diff", ["--offline", files["log"], "--production", files["log"], "--output_dir",
+                str(read_only / "exists")], "cannot write there"),
+      ("check", ["--config", str(tmp_path / "reports.yaml"), "--date", "2026-01-02"],
+       "reports"),
+      ("check", ["--config", str(tmp_path / "history.yaml"), "--date", "2026-01-02"],
+       "history")]:
+    monkeypatch.setattr(sys, "argv", ["skewtrace", name] + argv)
+    with pytest.raises(SystemExit) as e:
+      cli.main()
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert e.value.code == 2 and len(lines) == 1 and word in lines[0], captured.err[-2000:]
+    assert lines[0].startswith("error: ") and "cannot" in lines[0], lines[0]
+  assert sorted(os.listdir(read_only)) == ["exists"] and not os.listdir(read_only / "exists")
+  assert not os.path.exists(os.path.join(files["dir"], "reports", "2026-01-02"))

@@ -99,12 +99,15 @@ class FolderLock:
     reader sees it empty): a temp file linked to the lock's name, which fails with
     FileExistsError while another lock is there."""
     tmp = f"{self.path}.{os.getpid()}.{id(self)}.tmp"
-    with open(tmp, "wb") as f:
-      f.write(data)
     try:
+      with open(tmp, "wb") as f:
+        f.write(data)
       os.link(tmp, self.path)
-    finally:
-      os.remove(tmp)
+    finally:  # a full disk or a refused write leaves no temp file either
+      try:
+        os.remove(tmp)
+      except FileNotFoundError:
+        pass
 
   def _remove_dead(self, folder, judged):
     """Removes the lock of the dead holder `judged`, under an exclusive flock of the folder that
@@ -154,7 +157,10 @@ def lock_folder(folder, what):
     os.makedirs(folder, exist_ok=True)
   except OSError as e:
     raise UsageError(f"{folder}: cannot create the folder ({e.strerror})") from None
-  return FolderLock(folder, what)
+  try:
+    return FolderLock(folder, what)
+  except OSError as e:  # a read-only file system, a folder this process may not write
+    raise UsageError(f"{folder}: cannot write there ({e.strerror or e})") from None
 
 
 def live_writer(folder):
