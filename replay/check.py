@@ -33,7 +33,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from transforms.spec import feature_log, run_metadata
-from transforms.spec.errors import yaml_problem
+from transforms.spec.errors import load_yaml, yaml_problem
 from transforms.spec.stages import STAGES
 
 __all__ = ["CheckOptions", "load_config", "evaluate", "run"]
@@ -95,7 +95,7 @@ def _tolerance(path, value):
 def load_config(text, path="config"):
   """The validated config dict from YAML text; UsageError names the bad field."""
   try:
-    doc = yaml.safe_load(text)
+    doc = load_yaml(text)
   except (yaml.YAMLError, RecursionError) as e:
     raise common.UsageError(f"{path}: not valid YAML: {yaml_problem(e)}") from None
   if not isinstance(doc, dict):

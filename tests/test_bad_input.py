@@ -59,6 +59,9 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   (d / "bad_fraction.yaml").write_text(yaml.safe_dump(
       dict(config, thresholds={"divergent_fraction": 3})))
   (d / "missing_night.yaml").write_text(yaml.safe_dump(config))
+  with open(PROFILE) as f:  # a key given twice: refused, never the last one kept
+    (d / "dup_profile.yaml").write_text(f.read() + "\nwindowing:\n  size_seconds: 60\n")
+  (d / "dup_config.yaml").write_text(yaml.safe_dump(config) + "history: other.sqlite\n")
   (d / "reports_is_a_file.yaml").write_text(yaml.safe_dump(dict(config,
                                                                 reports=str(d / "a_file"))))
   (d / "history_under_a_file.yaml").write_text(yaml.safe_dump(dict(
@@ -107,6 +110,9 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
     module = f.read()
   for name, text in {
       "raises_on_import": "raise RuntimeError('boom at import')\n",
+      "exits_at_import": "import sys\nsys.exit(0)\n",
+      "os_exits_at_import": "import os\nos._exit(0)\n",
+      "interrupted_at_import": "raise KeyboardInterrupt\n",
       "syntax_error": "def preprocessing_fn(inputs:\n",
       "no_preprocessing_fn": "EVENT_TIME_COLUMN = 'trip_start_timestamp'\n",
       "aggregates_not_a_list": module.replace(
@@ -139,7 +145,8 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
       "jsonl_named.csv", "gzip_named.csv", "deep_manifest",
       "deep_meta", "deep.yaml", "huge_shards.yaml", "huge_size.yaml", "huge_seed.yaml",
       "zero_size.yaml", "text_size.yaml", "history_is_dir.yaml", "history_not_sqlite.yaml",
-      "reports_is_a_file.yaml", "history_under_a_file.yaml",
+      "reports_is_a_file.yaml", "history_under_a_file.yaml", "dup_profile.yaml",
+      "dup_config.yaml",
       "unknown_threshold.yaml")})
   out.update({k.replace(".", "_"): str(d / k) for k in (
       "empty", "garbage.csv", "header_only.csv", "bad.pbtxt", "bad_profile.yaml",
@@ -148,6 +155,7 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   return out
 
 
+_FEATURES_ARGS = ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile"]
 # (subcommand, its flags with {placeholders} from `files` and {out}, a word the line must hold)
 CASES = [
     ("ingest", ["--input", "{dir}/nowhere.csv", "--output_dir", "{out}"], "nowhere.csv"),
@@ -259,6 +267,9 @@ CASES = [
     ("check", ["--config", "{unknown_threshold_yaml}", "--date", "2026-01-02"],
      "no_such_feature"),
     ("check", ["--config", "{deep_yaml}"], "deep.yaml"),
+    ("features", _FEATURES_ARGS + ["{dup_profile_yaml}"], "duplicate key 'windowing'"),
+    ("check", ["--config", "{dup_config_yaml}", "--date", "2026-01-02"],
+     "duplicate key 'history'"),
     ("check", ["--config", "{reports_is_a_file_yaml}", "--date", "2026-01-02"],
      "is a file, not a folder"),
     ("check", ["--config", "{history_under_a_file_yaml}", "--date", "2026-01-02"],
@@ -266,6 +277,9 @@ CASES = [
 ] + [("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile", PROFILE,
                    "--transform_module", f"bad_{name}"], word) for name, word in (
                        ("raises_on_import", "boom at import"), ("syntax_error", "bad_syntax_error"),
+                       ("exits_at_import", "called sys.exit(0)"),
+                       ("os_exits_at_import", "called os._exit(0)"),
+                       ("interrupted_at_import", "KeyboardInterrupt"),
                        ("no_preprocessing_fn", "preprocessing_fn"),
                        ("aggregates_not_a_list", "aggregate 1"),
                        ("aggregate_without_group_by", "group_by"),
@@ -419,3 +433,15 @@ def test_an_output_that_cannot_be_written_is_one_line_before_anything_runs(
     assert lines[0].startswith("error: ") and "cannot" in lines[0], lines[0]
   assert sorted(os.listdir(read_only)) == ["exists"] and not os.listdir(read_only / "exists")
   assert not os.path.exists(os.path.join(files["dir"], "reports", "2026-01-02"))
+
+
+def test_a_module_still_importing_is_named_on_stderr(files, tmp_path, capsys, monkeypatch):
+  """A feature module whose top level runs long (a loop) shows where the job stopped."""
+  from pipelines import feature_module
+  (tmp_path / "slow_module.py").write_text("import time\ntime.sleep(1.5)\nX = 1\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.setattr(feature_module, "SLOW_IMPORT_SECONDS", 0.3)
+  assert feature_module._imported("slow_module").X == 1
+  err = capsys.readouterr().err
+  assert err == ("still importing --transform_module slow_module after 0.3 s (its top-level "
+                 "code is running)\n"), err

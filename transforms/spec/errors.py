@@ -1,7 +1,8 @@
 """The error types every layer raises, each carrying its exit code; the jobs' wrapper
 (pipelines/common.main_wrapper) catches them in one place and prints one line."""
 
-__all__ = ["UsageError", "DataError", "HelpRequested", "first_line", "yaml_problem"]
+__all__ = ["UsageError", "DataError", "HelpRequested", "first_line", "yaml_problem",
+           "load_yaml"]
 
 
 class UsageError(Exception):
@@ -35,3 +36,28 @@ def yaml_problem(error):
   context = getattr(error, "context", None)
   return (f"line {mark.line + 1}, column {mark.column + 1}: "
           + (f"{context}: " if context else "") + problem)
+
+
+def load_yaml(text):
+  """YAML text as plain data (safe: no Python objects), a key given twice in one mapping
+  refused: a profile or config that sets a field twice would otherwise keep the last silently.
+  yaml.YAMLError as PyYAML raises it (yaml_problem makes it one line)."""
+  import yaml
+
+  class UniqueKeys(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+    def construct_mapping(self, node, deep=False):
+      seen = set()
+      for key_node, _ in node.value:
+        key = self.construct_object(key_node, deep=deep)
+        try:
+          again = key in seen
+        except TypeError:  # an unhashable key: SafeLoader's own error says so
+          break
+        if again:
+          raise yaml.constructor.ConstructorError(
+              "while constructing a mapping", node.start_mark,
+              f"found duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+      return super().construct_mapping(node, deep=deep)
+
+  return yaml.load(text, Loader=UniqueKeys)  # noqa: S506 -- a SafeLoader subclass

@@ -20,7 +20,7 @@ import math
 
 import yaml
 
-from transforms.spec.errors import yaml_problem
+from transforms.spec.errors import load_yaml, yaml_problem
 
 __all__ = ["Profile", "ProfileError", "load_profile", "parse_profile"]
 
@@ -145,7 +145,7 @@ def parse_profile(doc):
 def load_profile(text):
   """A Profile from YAML text (safe_load: no Python objects)."""
   try:
-    doc = yaml.safe_load(text)
+    doc = load_yaml(text)
   except (yaml.YAMLError, RecursionError) as e:
     raise ProfileError(f"not valid YAML: {yaml_problem(e)}") from None
   return parse_profile(doc)
