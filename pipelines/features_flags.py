@@ -5,7 +5,7 @@ classes defining --input_dir would conflict."""
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
-from transforms.spec import pii
+from transforms.spec import feature_log, pii
 
 __all__ = ["FeaturesOptions", "FeaturesFlags"]
 
@@ -43,8 +43,9 @@ class FeaturesOptions(PipelineOptions):
     for name in ("input_dir", "output_dir", "profile", "transform_module"):
       if not getattr(flags, name):
         raise common.UsageError(f"--{name} is required")
-    if flags.log_buckets < 1:
-      raise common.UsageError("--log_buckets must be >= 1")
+    if not 1 <= flags.log_buckets <= feature_log.MAX_BUCKETS:
+      raise common.UsageError(f"--log_buckets must be 1 to {feature_log.MAX_BUCKETS}, not "
+                              f"{flags.log_buckets}")
     if pii.Pii.parse(flags.pii_columns, flags.pii_key_env).columns:
       if not flags.pii_key_env:
         raise common.UsageError("--pii_columns needs --pii_key_env, the environment variable "

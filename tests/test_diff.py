@@ -612,3 +612,32 @@ def test_verify_logs_re_fingerprints_every_row_even_in_skipped_buckets(logs, cap
   out = capsys.readouterr().out
   assert f"DAMAGED {path}: 1 rows whose fp__fare_z" in out
   assert verify_log.run([logs["offline"]]) == 0
+
+
+def test_verify_finds_a_forged_key_and_a_bucket_count_that_does_not_fit(logs):
+  """A key rewritten on disk (its fingerprints left as they were) and run metadata whose
+  num_buckets no longer fits the files: neither verifies intact. The key digest and each row's
+  bucket are recomputed from the keys the log holds."""
+  from replay import verify_log
+  prod = _copy(logs["offline"], logs["dir"] / "forged_key")
+  entry = next(b for b in _meta(prod)["log"]["buckets"] if b["bucket"] == CORRUPT_BUCKET)
+  path = os.path.join(prod, entry["path"])
+  table = pq.read_table(path)
+  keys = table.column("key").to_pylist()
+  keys[0] = keys[0] + "x"
+  pq.write_table(_set(table, "key", pa.array(keys, table.schema.field("key").type)), path)
+  problems = verify_log.verify(prod)
+  assert f"{path}: the keys of its rows do not add up to the key digest" in " ".join(problems)
+  # A bucket count edited in the run metadata: every row sits in another bucket than its key's.
+  again = _copy(logs["offline"], logs["dir"] / "bucket_count")
+  meta = _meta(again)
+  meta["log"]["num_buckets"] = 99991
+  with open(os.path.join(again, "run_metadata.json"), "w") as f:
+    json.dump(meta, f)
+  problems = verify_log.verify(again)
+  assert problems and all("belongs to another of the 99991 buckets" in p for p in problems), \
+      problems[:3]
+  with open(os.path.join(again, "run_metadata.json"), "w") as f:
+    json.dump(dict(meta, log=dict(meta["log"], num_buckets=10 ** 12)), f)
+  with pytest.raises(common.UsageError, match="num_buckets"):
+    verify_log.verify(again)

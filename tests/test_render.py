@@ -209,6 +209,16 @@ def test_text_summary_neutralises_control_characters():
   assert "\x1b" not in text and "f\\x1b[31mred" in text
 
 
+def test_page_shows_terminal_control_bytes_escaped():
+  """A key or name holding ESC, an OSC sequence or BEL acts on a terminal that `cat`s the page:
+  shown escaped, as the text summary shows them; printable non-ASCII text as it is."""
+  report = build_report(n_features=1, names=["f\x1b[31mred"], divergent_by_stage={"window": 9})
+  report["samples"]["divergent"][0]["key"] = "k\x1b]0;title\x07é"
+  page = render.render_html(report)
+  assert not {c for c in page if ord(c) < 32 and c not in "\n"}, "a control byte reached the page"
+  assert "k\\x1b]0;title\\x07é" in page and "f\\x1b[31mred" in page
+
+
 def test_trend_chart_plots_the_last_thirty_nights_in_date_order():
   trend = [{"date": f"2025-02-{d:02d}", "divergent_fraction": d / 100, "exit_status": int(d > 20)}
            for d in range(28, 0, -1)]

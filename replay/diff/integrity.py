@@ -41,7 +41,7 @@ def _mismatch(kept, column, computed):
                                  True)).as_py() or 0)
 
 
-def _bucket_problems(where, entry, table):
+def _bucket_problems(where, entry, table, num_buckets):
   problems = []
   if table.num_rows != entry["rows"]:
     problems.append(f"{where}: {table.num_rows} rows, run_metadata.json says {entry['rows']}")
@@ -50,9 +50,19 @@ def _bucket_problems(where, entry, table):
     problems.append(f"{where}: {dropped} dropped rows, run_metadata.json says "
                     f"{entry['dropped']}")
   for stage, digest in feature_log.stage_digests(table).items():
-    if fingerprint.digest_hex(digest) != entry["digests"][stage]:
+    if stage == feature_log.KEY_DIGEST:
+      if stage in entry["digests"] and fingerprint.digest_hex(digest) != entry["digests"][stage]:
+        problems.append(f"{where}: the keys of its rows do not add up to the key digest "
+                        "run_metadata.json records")
+    elif fingerprint.digest_hex(digest) != entry["digests"][stage]:
       problems.append(f"{where}: the {stage} fingerprints of its rows do not add up to the "
                       "digest run_metadata.json records")
+  if table.num_rows:  # each row's key belongs to the bucket it is in
+    n = int((feature_log.bucket_of(table.column(feature_log.KEY).combine_chunks(), num_buckets)
+             != int(entry["bucket"])).sum())
+    if n:
+      problems.append(f"{where}: {n} rows whose key belongs to another of the "
+                      f"{num_buckets} buckets")
   kept = table.filter(pc.is_null(table.column(feature_log.DROPPED_STAGE)))
   names = feature_log.features_of(kept.schema.names)
   if not names or not kept.num_rows:
@@ -93,7 +103,7 @@ def verify(directory):
         problems.append(f"{where}: no file, run_metadata.json says {entry['rows']} rows")
       continue
     try:
-      problems += _bucket_problems(where, entry, table)
+      problems += _bucket_problems(where, entry, table, int(meta["log"]["num_buckets"]))
     except (KeyError, pa.ArrowException) as e:
       problems.append(f"{where}: not a feature-log file ({e})")
   return problems

@@ -99,8 +99,11 @@ def check_compatible(offline, production):
 
 
 def _same(a, b):
+  """Equal bucket entries: rows, drops, every stage digest and the key digest (a side from
+  before the key digest has none: such a bucket is read)."""
   return (a["rows"] == b["rows"] and a["dropped"] == b["dropped"] and
-          all(a["digests"][s] == b["digests"][s] for s in DIGEST_STAGES))
+          all(a["digests"][s] == b["digests"][s] for s in DIGEST_STAGES) and
+          a["digests"].get(feature_log.KEY_DIGEST) == b["digests"].get(feature_log.KEY_DIGEST))
 
 
 def plan_buckets(offline, production):

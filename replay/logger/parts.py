@@ -92,13 +92,15 @@ class PartWriter:
     for path, (b, part) in parts.items():
       entry = self._buckets.setdefault(b, {
           "rows": 0, "dropped": 0, "parts": [],
-          "digests": {s: fingerprint.empty_digest() for s in FP_STAGES}})
+          "digests": {s: fingerprint.empty_digest()
+                      for s in FP_STAGES + (feature_log.KEY_DIGEST,)}})
       entry["rows"] += part.num_rows
       entry["dropped"] += part.num_rows - part.column(feature_log.DROPPED_STAGE).null_count
       entry["parts"].append(path)
       entry["digests"] = {**entry["digests"], **{  # a new dict: undo_last keeps the old
           s: fingerprint.add_digests(entry["digests"][s], d)
-          for s, d in feature_log.stage_digests(part).items()}}
+          for s, d in feature_log.stage_digests(part).items()
+          if s in entry["digests"]}}  # a bucket resumed from before the key digest has none
     self._publish(data)
 
   def undo_last(self):

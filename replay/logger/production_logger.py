@@ -101,6 +101,8 @@ class ProductionLogger:
                        f"{on_write_error!r}")
     self._on_write_error = on_write_error
     check_policy(when_full, full_wait_seconds)
+    if num_buckets > feature_log.MAX_BUCKETS:
+      raise UsageError(f"num_buckets must be at most {feature_log.MAX_BUCKETS}")
     if min(num_buckets, batch_size, transform_batch_size, max_pending_batches) < 1:
       raise UsageError("num_buckets, batch_size, transform_batch_size and max_pending_batches "
                        "must be >= 1")

@@ -215,7 +215,10 @@ def _ranked_features(report):
 
 
 def _e(value):
-  return html.escape(str(value), quote=True)
+  """Text for the HTML page: control characters shown escaped, as the terminal summary shows
+  them (_plain: a key holding ESC or BEL acts on a terminal that prints the file), then HTML
+  escaped."""
+  return html.escape(_plain(value), quote=True)
 
 
 def _short(value, n):
@@ -224,9 +227,13 @@ def _short(value, n):
 
 
 def _plain(value):
-  """A string safe for a terminal: control characters shown escaped."""
+  """A string safe for a terminal: each control or other non-printable character shown as its
+  Python escape (\x1b, \x07, \n); printable text, non-ASCII letters included, as it is."""
   s = str(value)
-  return s if s.isprintable() else s.encode("unicode_escape").decode("ascii")
+  if s.isprintable():
+    return s
+  return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                 for c in s)
 
 
 def _value(v):

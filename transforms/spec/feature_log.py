@@ -36,7 +36,7 @@ __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_
            "aggregate_column", "aggregates_of", "input_column", "inputs_of", "feature_fp_column",
            "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
            "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
-           "parquet_options", "read_options", "log_hash", "bucket_of", "buckets_of",
+           "parquet_options", "read_options", "log_hash", "KEY_DIGEST", "MAX_BUCKETS", "bucket_of", "buckets_of",
            "bucket_path", "bucket_glob", "part_path", "is_part_file", "transformed_path",
            "passthrough_columns", "passthrough_types", "stage_digests"]
 
@@ -232,8 +232,18 @@ def passthrough_types():
   return {LOG_HASH: pa.uint64(), RAW_FP: pa.int64()}
 
 
+# The digest, beside the stages', of every row's key: combine_digest of their log_hash. It
+# covers the key the way the stage digests cover the fingerprints, so a key changed on disk
+# does not verify (a run metadata bucket entry without it, from before it, is not checked).
+KEY_DIGEST = "key"
+MAX_BUCKETS = 99999  # the five digits of a bucket's file name (_bucket_stem)
+
+
 def stage_digests(log):
-  """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage:
-  the per-bucket digests run metadata carry and the diff compares to skip equal buckets."""
-  return {s: fingerprint.combine_digest(log.column(fp_column(s)).drop_null().to_numpy())
-          for s in FP_STAGES}
+  """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage, and
+  KEY_DIGEST: combine_digest of every row's key log_hash -- the per-bucket digests run metadata
+  carry, which verify recomputes and the diff compares to skip equal buckets."""
+  out = {s: fingerprint.combine_digest(log.column(fp_column(s)).drop_null().to_numpy())
+         for s in FP_STAGES}
+  out[KEY_DIGEST] = fingerprint.combine_digest(log_hash(log.column(KEY).combine_chunks()))
+  return out
