@@ -29,7 +29,7 @@ from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatc
 from transforms.beam.progress import Progress, stage_counts
 from transforms.codec import tfrecord
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
-from transforms.spec import event_time, feature_log, pii, run_metadata, schema, window
+from transforms.spec import event_time, feature_log, pii, run_files, run_metadata, schema, window
 from transforms.spec import profile as profiles
 from transforms.spec.dataset import record_columns, side_of
 from transforms.spec.errors import first_line
@@ -202,6 +202,9 @@ def check_transform_fn_dir(transform_fn_dir, columns=None, aggregates=(),
   dataset's [(name, type)] columns, its transform function takes exactly the inputs this job
   feeds: the columns and the windowed aggregates (`aggregates`, in their spec/window.output_type),
   as graph/feed.py feeds them."""
+  damaged = run_files.transform_fn_problems(transform_fn_dir)
+  if damaged:  # an edited or deleted vocabulary is named, never applied
+    raise common.UsageError(f"{flag} {transform_fn_dir} does not verify: {damaged[0]}")
   types = None
   if columns is not None:
     types = {n: schema.ARROW_TYPES.get(t, pa.string()) for n, t in columns}

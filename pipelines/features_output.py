@@ -8,7 +8,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 
 from pipelines import common, dataset
 from transforms.graph import analyze
-from transforms.spec import feature_log, modules, run_metadata
+from transforms.spec import feature_log, modules, run_files, run_metadata
 from transforms.spec.dataset import coverage_of, side_of
 
 __all__ = ["check_output", "publish", "LOG_INFO"]
@@ -84,5 +84,6 @@ def publish(plan, temp_dir, options):
               "side_columns": side_of(plan.manifest)})
   if plan.pii_rule.columns:
     metadata["pii"] = plan.pii_rule.metadata()
+  metadata[run_files.FILES] = run_files.describe(out)  # what verify checks beside the log
   dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
   return metadata

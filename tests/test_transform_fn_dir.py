@@ -116,3 +116,47 @@ def test_transform_fn_dir_that_does_not_fit_is_a_one_line_usage_error(
              OFFLINE, "--transform_module", module, "--transform_fn_dir", fn_dir])
   assert "\n" not in str(e.value)
   assert not out.exists()
+
+
+def test_verify_covers_the_whole_run_and_a_damaged_transform_fn_is_never_applied(
+    taxi_runs, taxi_features, tmp_path):
+  """transformed/ and transform_fn/ are listed with their sha256 in the run metadata: verify
+  names a changed, truncated, deleted or extra file there, and --transform_fn_dir and the
+  production logger refuse a transform_fn whose vocabulary was edited or deleted, naming the
+  file, before they load it."""
+  import shutil
+  from replay import verify_log
+  from replay.logger import ProductionLogger
+  run = str(tmp_path / "run")
+  shutil.copytree(taxi_features["direct"], run)
+  listed = {e["path"] for e in _meta(run)["files"]}
+  assert listed == set(_hashes(run, "transform_fn", "transformed"))  # every file, none more
+  assert verify_log.verify(run) == []
+  vocab = "transform_fn/transform_fn/assets/payment_type"
+  example = sorted(p for p in listed if p.startswith("transformed/"))[0]
+  with open(os.path.join(run, vocab), "a", encoding="utf-8") as f:
+    f.write("Bitcoin\n")  # an edited vocabulary
+  data = bytearray(open(os.path.join(run, example), "rb").read())
+  data[len(data) // 2] ^= 1
+  open(os.path.join(run, example), "wb").write(bytes(data))
+  os.remove(os.path.join(run, "transform_fn/transform_fn/saved_model.pb"))
+  open(os.path.join(run, "transformed", "stray.tfrecord"), "wb").write(b"x")
+  problems = verify_log.verify(run)
+  assert problems == [
+      f"{os.path.join(run, vocab)}: longer than recorded ("
+      f"{os.path.getsize(os.path.join(run, vocab))} bytes, run_metadata.json says "
+      f"{next(e['bytes'] for e in _meta(run)['files'] if e['path'] == vocab)})",
+      f"{os.path.join(run, 'transform_fn/transform_fn/saved_model.pb')}: missing "
+      "(run_metadata.json lists it)",
+      f"{os.path.join(run, example)}: content changed (sha256 differs from run_metadata.json)",
+      f"{os.path.join(run, 'transformed/stray.tfrecord')}: extra file not in "
+      "run_metadata.json's files"], problems
+  fn_dir = os.path.join(run, "transform_fn")
+  with pytest.raises(common.UsageError, match="payment_type: longer than recorded"):
+    job.run(["--input_dir", taxi_runs["direct"], "--output_dir", str(tmp_path / "replayed"),
+             "--profile", OFFLINE, "--transform_module", "transforms.taxi",
+             "--transform_fn_dir", fn_dir])
+  assert not os.path.exists(tmp_path / "replayed")
+  with pytest.raises(common.UsageError, match="payment_type: longer than recorded"):
+    ProductionLogger.from_features_dir(run, str(tmp_path / "log"))
+  assert not os.path.exists(tmp_path / "log")

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from replay.diff import runs
-from transforms.spec import feature_log, fingerprint
+from transforms.spec import feature_log, fingerprint, run_files
 from transforms.spec.errors import first_line
 from transforms.spec.stages import SERVE, TRANSFORM
 
@@ -106,4 +106,8 @@ def verify(directory):
       problems += _bucket_problems(where, entry, table, int(meta["log"]["num_buckets"]))
     except (KeyError, pa.ArrowException) as e:
       problems.append(f"{where}: not a feature-log file ({e})")
+  # A features run's transform_fn/ and transformed/ against the sizes and sha256 it recorded
+  # (a logger's log, or a run from before the list, records none).
+  if run_files.FILES in meta:
+    problems += run_files.problems(directory, meta[run_files.FILES])
   return problems

@@ -2,7 +2,7 @@
 metadata (ProductionLogger.from_features_dir). Kept apart from the logger's threads and files."""
 import os
 
-from transforms.spec import event_time, feature_log, modules, run_metadata
+from transforms.spec import event_time, feature_log, modules, run_files, run_metadata
 from transforms.spec import profile as profiles
 from transforms.spec.errors import UsageError
 
@@ -21,6 +21,10 @@ def features_config(features_dir, import_module=False):
       meta = run_metadata.load(f.read(), path)
   except OSError as e:
     raise UsageError(f"{path}: cannot read run metadata ({e})") from None
+  damaged = run_files.transform_fn_problems(
+      os.path.join(features_dir, feature_log.TRANSFORM_FN_DIR), meta)
+  if damaged:  # an edited or deleted vocabulary is named, never applied
+    raise UsageError(f"{features_dir} does not verify: {damaged[0]}")
   key_columns = meta["input"].get("key_columns")
   older = "input.key_columns" if key_columns is None else "aggregate fns" if any(
       isinstance(a, str) for a in meta["schema"]["aggregates"]) else None  # names only
