@@ -66,6 +66,7 @@ def float_noise(rel):
     after = fingerprint.fingerprint_batch(values)
     before = table.column("fp_transform").fill_null(0).to_numpy(zero_copy_only=False)
     changed = int(np.count_nonzero((before != after) & ~dropped))
+    table = _set(table, "fp_serve", pa.array(after, mask=dropped))  # no served values
     return _set(table, "fp_transform", pa.array(after, mask=dropped)), changed
 
   return edit

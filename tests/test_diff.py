@@ -6,6 +6,7 @@ Expected counts come from what each test changed, never from the diff itself.
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,9 +79,9 @@ def _rewrite(root, bucket, edit, parts=1):
     entry["path"] = listed.replace(".parquet", "*.parquet")  # the bucket's glob, as a logger
   entry["rows"] = table.num_rows
   entry["dropped"] = table.num_rows - table.column("dropped_stage").null_count
-  for s in DIGEST_STAGES:
-    fps = table.column(f"fp_{s}").drop_null().to_numpy()
-    entry["digests"][s] = fingerprint.digest_hex(fingerprint.combine_digest(fps))
+  # every digest the writers record (the stages' and the key's), from the new rows
+  entry["digests"] = {s: fingerprint.digest_hex(d)
+                      for s, d in feature_log.stage_digests(table).items()}
   meta["log"]["rows"] = sum(b["rows"] for b in meta["log"]["buckets"])
   _save_meta(root, meta)
 
@@ -137,6 +138,7 @@ def _noise(changed):
     changed["noise"] = int(np.count_nonzero(before != after))
     changed["noise_max"] = float(np.max(np.abs(new[rows].astype(np.float64) -
                                                v[rows].astype(np.float64))))
+    t = _set(t, "fp_serve", pa.array(after))  # no served values: serve is the transform
     return _set(t, "fp_transform", pa.array(after))
   return edit
 
@@ -629,7 +631,8 @@ def test_verify_finds_a_forged_key_and_a_bucket_count_that_does_not_fit(logs):
   problems = verify_log.verify(prod)
   assert f"{path}: the keys of its rows do not add up to the key digest" in " ".join(problems)
   # A bucket count edited in the run metadata: every row sits in another bucket than its key's.
-  again = _copy(logs["offline"], logs["dir"] / "bucket_count")
+  again = str(logs["dir"] / "bucket_count")  # the whole run: its other files verify too
+  shutil.copytree(logs["offline"], again)
   meta = _meta(again)
   meta["log"]["num_buckets"] = 99991
   with open(os.path.join(again, "run_metadata.json"), "w") as f:
@@ -641,3 +644,34 @@ def test_verify_finds_a_forged_key_and_a_bucket_count_that_does_not_fit(logs):
     json.dump(dict(meta, log=dict(meta["log"], num_buckets=10 ** 12)), f)
   with pytest.raises(common.UsageError, match="num_buckets"):
     verify_log.verify(again)
+
+
+def test_the_diff_checks_the_rows_it_reads_and_the_pages_it_skips_by_default(logs, tmp_path):
+  """By default a bucket the diff reads has its rows checked against their own fingerprints
+  (a value rewritten with its fingerprints left is exit 2 naming the file, never an answer), and
+  a bucket it skips as equal has its pages read back with their checksums (a flipped byte is
+  exit 2). --no_verify_logs turns both off: the answers the damage gave before."""
+  read = _copy(logs["production"], tmp_path / "revalued_read")
+  entry = next(b for b in _meta(read)["log"]["buckets"] if b["bucket"] == NOISE_BUCKET)
+  path = os.path.join(read, entry["path"])
+  table = pq.read_table(path)
+  kept = np.flatnonzero(pc.is_null(table.column("dropped_stage")).to_numpy(
+      zero_copy_only=False))
+  fare = table.column("value__fare_z").to_numpy(zero_copy_only=False).copy()
+  fare[kept[0]] += 0.5
+  pq.write_table(_set(table, "value__fare_z", pa.array(fare, pa.float32())), path)
+  with pytest.raises(common.DataError, match=re.escape(path) + r": 1 rows whose fp_transform"):
+    _diff(logs["offline"], read, tmp_path / "read_out")
+  assert not os.path.exists(tmp_path / "read_out" / "report.json")
+  code, r = _diff(logs["offline"], read, tmp_path / "read_unchecked", "--no_verify_logs")
+  assert code == 1 and r["buckets"]["compared"] == 3
+  skipped = _copy(logs["offline"], tmp_path / "flipped")
+  entry = next(b for b in _meta(skipped)["log"]["buckets"] if b["bucket"] == CORRUPT_BUCKET)
+  path = os.path.join(skipped, entry["path"])
+  data = bytearray(open(path, "rb").read())
+  data[len(data) // 3] ^= 0x10
+  open(path, "wb").write(bytes(data))
+  with pytest.raises(common.DataError, match=re.escape(path)):
+    _diff(logs["offline"], skipped, tmp_path / "flipped_out")
+  code, r = _diff(logs["offline"], skipped, tmp_path / "flipped_unchecked", "--no_verify_logs")
+  assert code == 0 and r["buckets"]["compared"] == 0

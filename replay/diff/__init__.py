@@ -2,6 +2,7 @@
 
   job        the Beam job (python -m replay.diff, skewtrace diff): plan, read, join, compare,
              total, report; exit codes 0 / 1 / 2
+  flags      its flags (DiffOptions) and their checked value (DiffFlags)
   runs       the two runs' metadata loaded and checked, buckets planned by digest, parts listed
   causes     suspected causes: the two runs' metadata differences, each tied to its stage
   compare    pure comparison of joined Arrow tables into the mergeable Partial
@@ -11,7 +12,7 @@
   drift      mergeable histograms; L-infinity, Jensen-Shannon and PSI as TFDV defines them
   evidence   the input columns of sampled records, from each side's dataset
   integrity  a feature log's every row re-read and re-fingerprinted against its run metadata
-             (skewtrace verify; --verify_logs)
+             (skewtrace verify; --verify_logs; by default, the buckets the diff reads)
   summary    the report built from the merged Partial (the shape is replay.report's)
 
 May import transforms, pipelines (the job's options and dataset readers) and replay.report (the
@@ -20,5 +21,5 @@ runs, evidence and integrity import Beam (job its pipeline, the others its FileS
 (compare, kernels, tolerance, analyzers, drift, causes, summary) are plain functions over Arrow
 tables and dicts. Importing this package imports none of them.
 """
-__all__ = ["analyzers", "causes", "compare", "drift", "evidence", "integrity", "job", "kernels",
-           "runs", "summary", "tolerance"]
+__all__ = ["analyzers", "causes", "compare", "drift", "evidence", "flags", "integrity", "job",
+           "kernels", "runs", "summary", "tolerance"]

@@ -23,7 +23,7 @@ from transforms.spec import feature_log, fingerprint, run_files
 from transforms.spec.errors import first_line
 from transforms.spec.stages import SERVE, TRANSFORM
 
-__all__ = ["verify"]
+__all__ = ["verify", "bucket_problems", "page_problem", "where_of"]
 
 
 def _read(paths):
@@ -39,6 +39,29 @@ def _mismatch(kept, column, computed):
   stored = kept.column(column).combine_chunks().cast(pa.uint64())
   return int(pc.sum(pc.fill_null(pc.not_equal(stored, pa.array(computed, pa.uint64())),
                                  True)).as_py() or 0)
+
+
+def where_of(paths, directory, bucket):
+  """How a bucket is named in a problem: its file, or its part count and folder."""
+  return paths[0] if len(paths) == 1 else \
+      f"bucket {bucket} ({len(paths)} parts under {directory})"
+
+
+def page_problem(path):
+  """Why a part's pages cannot be read back whole (a page checksum that fails, a page that does
+  not decode), or None: every page read with its CRC-32 verified (feature_log.read_options)."""
+  try:
+    _read([path])
+  except (OSError, pa.ArrowException) as e:
+    return f"{path}: not a readable Parquet file ({first_line(e)})"
+  return None
+
+
+def bucket_problems(where, entry, table, num_buckets):
+  """The problems of one bucket's rows (`table`, read from `where`) against its run metadata
+  entry: rows, drops, every stage digest and the key digest recomputed, each row's bucket, and
+  each kept record's transform, feature and serve fingerprints recomputed from its values."""
+  return _bucket_problems(where, entry, table, num_buckets)
 
 
 def _bucket_problems(where, entry, table, num_buckets):
@@ -91,8 +114,7 @@ def verify(directory):
   problems = []
   for entry in sorted(meta["log"]["buckets"], key=lambda b: int(b["bucket"])):
     paths = listed[int(entry["bucket"])]
-    where = paths[0] if len(paths) == 1 else \
-        f"bucket {entry['bucket']} ({len(paths)} parts under {directory})"
+    where = where_of(paths, directory, entry["bucket"])
     try:
       table = _read(paths)
     except (OSError, pa.ArrowException) as e:

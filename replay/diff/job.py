@@ -18,6 +18,7 @@ Exit code 0: divergent fraction <= --max_divergent_fraction; 1: above; 2: usage 
 The fraction counts divergent records (what the model receives differs) and one-side-only
 ones; with --fail_on latent, latent records (a stage differs, the model inputs agree) too.
 """
+import concurrent.futures
 import dataclasses
 import json
 import uuid
@@ -27,11 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
 from replay.diff import analyzers as analyzer_diff
 from replay.diff import causes, compare, evidence, integrity, runs, summary
+from replay.diff.flags import DiffFlags, DiffOptions  # noqa: F401 -- DiffOptions re-exported
 from replay.diff import tolerance as tolerances
 from replay.report import render, report_model
 from transforms.spec import feature_log
@@ -46,60 +47,9 @@ METRICS_NAMESPACE = "skewtrace.replay"
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 _ERRORS = "errors"  # the tag of the buckets that could not be read, and its file in the temp dir
 _OWN = {REPORT_JSON, REPORT_HTML}
-SCOPES = ("auto", "all", "production")
+_PAGE_THREADS = 4  # skipped parts read back side by side
 
 
-class DiffOptions(PipelineOptions):
-  """Flags of replay.diff."""
-
-  @classmethod
-  def _add_argparse_args(cls, parser):
-    parser.add_argument("--offline", help="Required. Offline feature-log folder "
-                                          "(pipelines.features output: run_metadata.json + "
-                                          "feature_log/).")
-    parser.add_argument("--production", help="Required. Production feature-log folder, same "
-                                             "layout.")
-    parser.add_argument("--abs_tol", type=float, default=None,
-                        help="Absolute tolerance on numeric features (default: float noise, "
-                             "sqrt(N)*u of the value's dtype; with --rel_tol alone, 0).")
-    parser.add_argument("--rel_tol", type=float, default=None,
-                        help="Relative tolerance on numeric features (default: float noise; "
-                             "with --abs_tol alone, 0).")
-    parser.add_argument("--tolerance", action="append", default=None,
-                        help="Per-feature tolerance feature=abs:rel (repeatable).")
-    parser.add_argument("--max_divergent_fraction", type=float, default=0.0,
-                        help="Largest divergent fraction that still exits 0 (default 0).")
-    parser.add_argument("--fail_on", default="divergent", choices=report_model.FAIL_ON,
-                        help="What counts toward the divergent fraction besides one-side-only "
-                             "records: divergent (what the model receives differs; default) or "
-                             "latent (also records a stage tells apart, the model inputs "
-                             "agreeing).")
-    parser.add_argument("--verify_logs", action="store_true",
-                        help="First re-read every row of both logs and check it against its "
-                             "run metadata (replay/diff/integrity.py); a problem is exit 2.")
-    parser.add_argument("--samples", type=int, default=10,
-                        help="Samples kept per kind (divergent, one side only, duplicates).")
-    parser.add_argument("--scope", default="auto", choices=SCOPES,
-                        help="Which offline records production is expected to hold: all, or "
-                             "production (the keys it saw: the rest are not_served); auto: "
-                             "production when its log records partial coverage (a sample).")
-    # --output_dir and --overwrite: common.OutputOptions.
-
-  @staticmethod
-  def check(flags):
-    """UsageError naming the first of DiffFlags `flags` that cannot be used; the tolerances."""
-    if not flags.output_dir:
-      raise common.UsageError("--output_dir is required")
-    tol = tolerances.from_flags(flags.abs_tol, flags.rel_tol, flags.tolerance or ())
-    frac = flags.max_divergent_fraction
-    if not 0 <= frac <= 1:
-      raise common.UsageError(f"--max_divergent_fraction must be in [0, 1], got {frac}")
-    if flags.samples < 0:
-      raise common.UsageError(f"--samples must be >= 0, got {flags.samples}")
-    return tol
-
-
-DiffFlags = common.flags_type("DiffFlags", DiffOptions, __name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +71,11 @@ class DiffPlan:
   # side -> (run metadata input.dir, its PII columns)
   inputs: dict = dataclasses.field(default_factory=dict)
   num_buckets: int = 1
+  # The default checks (off with --no_verify_logs): side -> {bucket: run metadata entry} of the
+  # buckets read, whose rows are checked where they are compared; (side, part path) of the
+  # buckets skipped as equal, whose pages are read back with their checksums.
+  checks: dict = dataclasses.field(default_factory=dict)
+  skipped: tuple = ()
 
 
 def _part_paths(task, side):
@@ -151,8 +106,8 @@ class _CompareBucketFn(beam.DoFn):
   that cannot be read -> its one-line reason on the _ERRORS output (a value, not an exception:
   the job reports it as an input error, exit 2, whatever the runner does with exceptions)."""
 
-  def __init__(self, context):
-    self._context = context
+  def __init__(self, context, checks=None, num_buckets=1):
+    self._context, self._checks, self._num_buckets = context, checks or {}, num_buckets
     self._buckets = Metrics.counter(METRICS_NAMESPACE, "buckets_compared")
     self._rows = {s: Metrics.counter(METRICS_NAMESPACE, f"rows_read_{s}") for s in compare.SIDES}
     self._records = {k: Metrics.counter(METRICS_NAMESPACE, k) for k in compare.COUNTERS}
@@ -164,6 +119,15 @@ class _CompareBucketFn(beam.DoFn):
     except common.DataError as e:
       yield beam.pvalue.TaggedOutput(_ERRORS, str(e))
       return
+    for side, entries in sorted(self._checks.items()):  # the rows against their fingerprints
+      bucket, table = element[0], tables[side]
+      if table is not None and bucket in entries:
+        paths = sorted(grouped[side])
+        where = integrity.where_of(paths, paths[0].rsplit("/", 1)[0], bucket)
+        problems = integrity.bucket_problems(where, entries[bucket], table, self._num_buckets)
+        if problems:
+          yield beam.pvalue.TaggedOutput(_ERRORS, f"--{side}: {problems[0]}")
+          return
     part = compare.compare_bucket(tables["offline"], tables["production"], self._context)
     self._buckets.inc()
     for s, t in tables.items():
@@ -216,7 +180,8 @@ def build_pipeline(plan, options, report_path, errors_path):
            for s in compare.SIDES}
   compared = (sides
               | "JoinBuckets" >> beam.CoGroupByKey()
-              | "CompareBuckets" >> beam.ParDo(_CompareBucketFn(plan.context)).with_outputs(
+              | "CompareBuckets" >> beam.ParDo(_CompareBucketFn(
+                  plan.context, plan.checks, plan.num_buckets)).with_outputs(
                   _ERRORS, main="partials"))
   _ = (compared[_ERRORS]
        | "CollectErrors" >> beam.combiners.ToList()
@@ -306,9 +271,11 @@ def plan_diff(opts):
   # Buckets equal on every digest are not read, but each of their parts must be there, whole
   # (a readable footer) and of the listed rows: a deleted, truncated or foreign file is an
   # input error, never "no divergence".
+  skipped = []
   for entry in equal:
     for side in compare.SIDES:
-      _, schema = check(side, int(entry["bucket"]))
+      paths, schema = check(side, int(entry["bucket"]))
+      skipped += [(side, p) for p in paths]
       if not schemas and schema is not None:
         schemas.append(schema)  # nothing differs: the features from one footer
   ao, ap = metas["offline"]["analyze"], metas["production"]["analyze"]
@@ -344,7 +311,11 @@ def plan_diff(opts):
                       s: runs.vocabularies(metas[s], dirs[s]) for s in compare.SIDES},
                   inputs={s: (metas[s]["input"].get("dir"), tuple(
                       metas[s].get("pii", {}).get("columns", ()))) for s in compare.SIDES},
-                  num_buckets=int(metas["offline"]["log"]["num_buckets"]))
+                  num_buckets=int(metas["offline"]["log"]["num_buckets"]),
+                  checks={} if opts.no_verify_logs else {
+                      s: {b: e for b, e in entries[s].items() if b in set(differing)}
+                      for s in compare.SIDES},
+                  skipped=() if opts.no_verify_logs else tuple(skipped))
 
 
 def _build(plan, partial):
@@ -353,6 +324,18 @@ def _build(plan, partial):
                               plan.buckets_total, plan.scope, plan.fail_on, plan.analyzers,
                               plan.vocabularies)
   return evidence.attach(report.to_dict(), plan.inputs, plan.tasks, plan.num_buckets)
+
+
+def _check_skipped(skipped):
+  """DataError naming the first part of a bucket skipped as equal whose pages do not read back
+  whole (their checksums verified; parts read side by side: Parquet's reader releases the GIL)."""
+  if not skipped:
+    return
+  with concurrent.futures.ThreadPoolExecutor(_PAGE_THREADS) as pool:
+    problems = list(pool.map(lambda sp: integrity.page_problem(sp[1]), skipped))
+  for (side, _), problem in zip(skipped, problems):
+    if problem:
+      raise common.DataError(f"--{side}: {problem}")
 
 
 def _read_json(path):
@@ -373,6 +356,7 @@ def _run_planned(plan, opts, options):
   output_dir = plan.output_dir
   dataset.refuse_foreign_entries(output_dir, opts.overwrite, own=_OWN)
   dataset.remove_stale_temps(output_dir)
+  _check_skipped(plan.skipped)
   if plan.tasks:
     temp_dir = FileSystems.join(output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex)
     try:

@@ -5,7 +5,7 @@ run_metadata.json's `files` with their sizes and sha256, and a folder checked ag
 `skewtrace verify` checks them with the log; `--transform_fn_dir` and the production logger
 check a run's transform_fn/ before they load it, so an edited or deleted vocabulary is named,
 never applied. Local folders are read with the os module (the logger imports no Beam); a folder
-on an object store through Beam's FileSystems. docs/formats.md, "Integrity".
+on an object store through Beam's FileSystems. docs/formats.md, "Integrity and errors".
 """
 import hashlib
 import os
