@@ -61,3 +61,30 @@ def test_a_feature_module_given_by_its_file_path(taxi_runs, taxi_features, tmp_p
   assert meta["transform_module"] == str(path)
   assert meta["log"]["buckets"] == named["log"]["buckets"]
   assert meta["analyze"]["fingerprint"] == named["analyze"]["fingerprint"]
+
+
+_QUIET = """
+import sys
+from replay import api
+from replay.logger import ProductionLogger
+from tests import online_store
+from tests.conftest import TAXI_CSV
+offline, log_dir, out = sys.argv[1:]
+records, aggs = online_store.records_and_counts(TAXI_CSV, offline)
+with ProductionLogger.from_features_dir(offline, log_dir) as logger:
+  logger.log_batch(records[:200], aggs[:200])
+api.diff(offline, offline, out)
+"""
+
+
+def test_the_logger_and_the_api_write_nothing_to_stderr(taxi_features, tmp_path):
+  """A library is quiet: TensorFlow's native start-up lines (cuInit, oneDNN, cudart) never reach
+  the stderr of a process that logs and diffs through the library (a fresh one, where they would
+  be printed)."""
+  import subprocess
+  import sys
+  result = subprocess.run([sys.executable, "-c", _QUIET, taxi_features["direct"],
+                           str(tmp_path / "log"), str(tmp_path / "diff")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
+  assert os.path.exists(tmp_path / "diff" / "report.json")

@@ -166,6 +166,7 @@ def transform_function(transform_fn_dir, input_names):
   Twice the records/s of transform_features_layer() on the same tensors (bench/logger.py): the
   layer calls the loaded function with flat arguments, which TF first tries to bind to its
   structured signature and formats into an error message."""
+  quiet.import_tensorflow()  # its native start-up lines kept off a library caller's stderr
   import tensorflow_transform as tft
   from tensorflow_transform.saved import saved_transform_io_v2
   output = tft.TFTransformOutput(transform_fn_dir)
