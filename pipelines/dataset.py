@@ -345,5 +345,5 @@ def summary(manifest, seconds):
       f"{manifest['shard_rows']['max']}, {total} bytes",
       dup_line,
       f"content digest: {manifest['content_digest']}",
-      f"wall time: {seconds:.1f} s",
+      f"job time: {seconds:.1f} s (imports before the job started not counted)",
   ])

@@ -367,5 +367,6 @@ def _run_planned(plan, verifying, opts, options, pool, started):
           f"({metadata[run_metadata.TRANSFORM_FN]['digest']}), not analysed")
   print(f"outputs: {plan.output_dir}/{feature_log.TRANSFORM_FN_DIR}, "
         f"{feature_log.TRANSFORMED_DIR}, {feature_log.LOG_DIR}, {run_metadata.FILE}")
-  print(f"wall time: {time.monotonic() - started:.1f} s")
+  print(f"job time: {time.monotonic() - started:.1f} s (imports before the job started not "
+        "counted)")
   return 0

@@ -353,7 +353,7 @@ def run(argv=None):
   for sentence in broken:
     print(f"  broken: {sentence}")
   print(f"report: {out}/report.html   history: {config['history']} "
-        f"({len(trend)} nights in the trend)")
+        f"({len(trend)} {'night' if len(trend) == 1 else 'nights'} in the trend)")
   return code
 
 

@@ -219,6 +219,18 @@ def test_page_shows_terminal_control_bytes_escaped():
   assert "k\\x1b]0;title\\x07é" in page and "f\\x1b[31mred" in page
 
 
+def test_trend_axis_top_is_a_short_round_number():
+  """The y axis ends at a round number above the largest fraction: its label fits the margin
+  (a computed 0.267864 was clipped to '.267864')."""
+  import re
+  trend = [{"date": f"2025-02-{d:02d}", "divergent_fraction": f, "exit_status": 1}
+           for d, f in ((1, 0.2435), (2, 0.1))]
+  page = render.render_html(build_report(), trend=trend)
+  chart = page[page.index("trend-chart"):]
+  labels = re.findall(r'text-anchor="end"[^>]*>([^<]*)</text>', chart)
+  assert labels[:2] == ["0.3", "0"], labels
+
+
 def test_trend_chart_plots_the_last_thirty_nights_in_date_order():
   trend = [{"date": f"2025-02-{d:02d}", "divergent_fraction": d / 100, "exit_status": int(d > 20)}
            for d in range(28, 0, -1)]

@@ -153,14 +153,15 @@ def trend_chart(trend, report):
   threshold = _float(report.get("max_divergent_fraction"))
   width, height, left, top, bottom = 560, 190, 50, 15, 30
   plot_w, plot_h = width - left - 15, height - top - bottom
-  top_y = max([_float(t.get("divergent_fraction")) for t in nights] + [threshold, 1e-12]) * 1.1
+  top_y = _nice_ceiling(max([_float(t.get("divergent_fraction")) for t in nights] +
+                             [threshold, 1e-12]) * 1.1)
   step = plot_w / max(1, len(nights) - 1)
   y = lambda v: top + plot_h - plot_h * v / top_y  # noqa: E731
   points = [(left + i * step, y(_float(t.get("divergent_fraction"))))
             for i, t in enumerate(nights)]
   svg = [_svg_open(width, height, "trend-chart", "divergent fraction per night"),
          _line(left, top + plot_h, width - 15, top + plot_h), _line(left, top, left, top + plot_h),
-         _text(left - 4, top + 4, _frac(top_y), "end"), _text(left - 4, top + plot_h, "0", "end"),
+         _text(left - 4, top + 4, f"{top_y:.3g}", "end"), _text(left - 4, top + plot_h, "0", "end"),
          f"<line class=\"threshold\" x1=\"{left}\" x2=\"{width - 15}\" y1=\"{y(threshold):.1f}\" "
          f"y2=\"{y(threshold):.1f}\" stroke=\"#c0392b\" stroke-dasharray=\"4 3\"/>",
          "<polyline fill=\"none\" stroke=\"#3b6fb6\" points=\"" +
@@ -177,6 +178,14 @@ def trend_chart(trend, report):
   svg.append(_text(width - 15, y(threshold) - 4, f"max {_frac(threshold)}", "end"))
   svg.append("</svg>\n")
   return "".join(svg)
+
+
+def _nice_ceiling(v):
+  """The smallest of 1, 1.5, 2, 2.5, 3, 4, 5, 6 and 8 times a power of ten that is >= v > 0: an
+  axis top whose label is short (0.3, not 0.267864, which the chart's margin clipped)."""
+  power = 10.0 ** math.floor(math.log10(v))
+  return next(float(f"{m * power:.3g}") for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+              if m * power >= v * (1 - 1e-12))
 
 
 def _svg_open(width, height, cls, label):
