@@ -8,9 +8,11 @@
 
 Each function runs the job's own command line (the same flags, checks, outputs and exit codes
 as `skewtrace ...`): keyword arguments become flags (`samples=20` is `--samples 20`, a True
-bool is the bare flag, a list repeats the flag), and `beam_args` passes Beam flags through.
-A bad input raises UsageError with the command's one line. ingest() returns the dataset's
-manifest and features() the run metadata, as dicts.
+bool is the bare flag, a list repeats the flag, a dict repeats it as key=value with a tuple
+value joined by ':', so `tolerance={"fare_z": (0.01, 0)}` is `--tolerance fare_z=0.01:0`),
+and `beam_args` passes Beam flags through. A bad input raises UsageError with the command's
+one line. ingest() returns the dataset's manifest, features() the run metadata, as dicts;
+diff() and rerun() the Report of the diff they ran; check() the night's (exit code, Report).
 """
 import contextlib
 import io
@@ -22,7 +24,7 @@ from pipelines import common
 from transforms.spec import dataset as dataset_spec
 from transforms.spec import run_metadata
 
-__all__ = ["Report", "diff", "ingest", "features"]
+__all__ = ["Report", "diff", "ingest", "features", "rerun", "check"]
 
 
 class Report:
@@ -60,9 +62,12 @@ def _argv(flags, beam_args):
       continue
     if value is True:
       argv.append(f"--{name}")
-    else:
-      for v in value if isinstance(value, (list, tuple)) else [value]:
-        argv += [f"--{name}", str(v)]
+      continue
+    if isinstance(value, dict):  # {key: value or (parts, ...)}: one key=value flag per key
+      value = [f"{k}={':'.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+               for k, v in value.items()]
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+      argv += [f"--{name}", str(v)]
   return argv + list(beam_args or ())
 
 
@@ -82,9 +87,33 @@ def diff(offline, production, output_dir, beam_args=(), **flags):
   with contextlib.redirect_stdout(io.StringIO()):  # the text is the Report's summary()
     job.run(_argv(dict(offline=offline, production=production, output_dir=output_dir,
                        **flags), beam_args), save_main_session=False)
-  html_path = FileSystems.join(output_dir, job.REPORT_HTML)
-  return Report(_read_json(FileSystems.join(output_dir, job.REPORT_JSON)), _read(html_path),
+  return _report(output_dir)
+
+
+def _report(report_dir):
+  from replay.diff import job
+  html_path = FileSystems.join(report_dir, job.REPORT_HTML)
+  return Report(_read_json(FileSystems.join(report_dir, job.REPORT_JSON)), _read(html_path),
                 html_path)
+
+
+def rerun(input, output_dir, profile_a, profile_b, beam_args=(), **flags):  # noqa: A002
+  """replay.rerun: one snapshot through ingest, features under two profiles and the diff;
+  returns the Report of its diff (output_dir/diff)."""
+  from replay import rerun as job
+  with contextlib.redirect_stdout(io.StringIO()):
+    job.run(_argv(dict(input=input, output_dir=output_dir, profile_a=profile_a,
+                       profile_b=profile_b, **flags), beam_args), save_main_session=False)
+  return _report(FileSystems.join(output_dir, "diff"))
+
+
+def check(config, date=None, beam_args=()):
+  """replay.check: one night's skew check from its config; returns (exit code: 0 thresholds
+  held, 1 broken; the night's Report, whose HTML carries the trend)."""
+  from replay import check as job
+  with contextlib.redirect_stdout(io.StringIO()):
+    code = job.run(_argv(dict(config=config, date=date), beam_args))
+  return code, _report(job.report_dir(config, date))
 
 
 def ingest(input, output_dir, beam_args=(), **flags):  # noqa: A002 -- the flag's name

@@ -36,7 +36,7 @@ from transforms.spec import feature_log, run_metadata
 from transforms.spec.errors import load_yaml, yaml_problem
 from transforms.spec.stages import STAGES
 
-__all__ = ["CheckOptions", "load_config", "evaluate", "run"]
+__all__ = ["CheckOptions", "load_config", "evaluate", "report_dir", "run"]
 
 _FIELDS = {"offline", "production", "reports", "history", "thresholds", "tolerance",
            "beam_args"}
@@ -152,6 +152,14 @@ def _night(date_text):
     return datetime.date.fromisoformat(date_text)
   except ValueError:
     raise common.UsageError(f"--date must be YYYY-MM-DD, got {date_text!r}") from None
+
+
+def report_dir(config_path, date=None):
+  """Where the night `date` (--date's forms; default as check's) of the config at config_path
+  writes its report.json and report.html."""
+  with open(config_path, encoding="utf-8") as f:
+    config = load_config(f.read(), config_path)
+  return FileSystems.join(config["reports"], _night(date).isoformat())
 
 
 def _expand(template, night):
@@ -325,12 +333,12 @@ def run(argv=None):
   for side, path in (("offline", offline), ("production", production)):
     if not FileSystems.exists(FileSystems.join(path, run_metadata.FILE)):
       raise common.UsageError(f"{night}: no {side} partition at {path}")
+  check_history(config["history"])
   for what, path, folder in (("reports", config["reports"], True),
                              ("history", config["history"], False)):
     problem = dataset.write_problem(path, folder)
     if problem:  # before the diff: a path the night cannot be written to costs no report
       raise common.UsageError(f"{what} {path}: {problem}")
-  check_history(config["history"])
   check_threshold_features(config["thresholds"], offline)
   out = FileSystems.join(config["reports"], night.isoformat())
   # The config's beam_args, then the command line's: Beam flags only (a diff flag there is an

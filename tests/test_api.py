@@ -31,6 +31,26 @@ def test_diff_returns_the_report_the_command_writes(taxi_features, tmp_path, cap
   assert "divergent of" in repr(report)
 
 
+def test_keyword_flags_become_the_command_line_dicts_included():
+  """A dict repeats its flag as key=value (a tuple value joined by ':'): per-feature
+  tolerances as docs/replay.md gives them."""
+  from replay.api import _argv
+  assert _argv({"tolerance": {"fare_z": (0.01, 0), "trip_miles": "0.001:0"}, "samples": 3,
+                "verify_logs": True, "no_verify_logs": False, "scope": None}, ["--x=1"]) == [
+      "--tolerance", "fare_z=0.01:0", "--tolerance", "trip_miles=0.001:0", "--samples", "3",
+      "--verify_logs", "--x=1"]
+
+
+def test_diff_takes_per_feature_tolerances(taxi_features, tmp_path):
+  report = api.diff(taxi_features["direct"], taxi_features["direct"], str(tmp_path / "t"),
+                    tolerance={"fare_z": (0.5, 0)})
+  assert report.exit_code == 0
+  assert report.to_dict()["tolerance"]["features"]["fare_z"]["abs"] == 0.5
+  with pytest.raises(common.UsageError, match="no_such_feature"):
+    api.diff(taxi_features["direct"], taxi_features["direct"], str(tmp_path / "u"),
+             tolerance={"no_such_feature": (1, 0)})
+
+
 def test_ingest_and_features_return_their_manifest_and_metadata(tmp_path):
   manifest = api.ingest(TAXI_CSV, str(tmp_path / "ingest"), schema=TAXI_SCHEMA, num_shards=2)
   with open(tmp_path / "ingest" / "manifest.json") as f:

@@ -43,8 +43,14 @@ def offset_rerun(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def same_rerun(tmp_path_factory):
+  """The same profile on both sides, run through the Python surface (replay.api.rerun): its
+  Report is the one the command wrote."""
+  from replay import api
   out = tmp_path_factory.mktemp("rerun_same") / "out"
-  return rerun.run(_argv(out, OFFLINE)), str(out)
+  report = api.rerun(TAXI_CSV, str(out), OFFLINE, OFFLINE, schema=TAXI_SCHEMA,
+                     transform_module="transforms.taxi")
+  assert report.to_dict() == _report(str(out)) and report.path.endswith("diff/report.html")
+  return report.exit_code, str(out)
 
 
 @pytest.fixture(scope="module")
