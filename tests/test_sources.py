@@ -9,6 +9,7 @@ import json
 import struct
 
 import google_crc32c
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -146,6 +147,35 @@ def test_jsonl_rejects_with_reasons_and_loses_nothing():
   assert [(r["__line__"], r["a"], r["b"]) for r in got] == [(1, 1, "x"), (8, 6, None),
                                                           (10, 8, None)]
   assert sorted([r["__line__"] for r in got] + list(reasons)) == list(range(1, 11))
+
+
+@pytest.mark.parametrize("clean", [True, False])  # the reader's path, and the object-by-object one
+def test_jsonl_refuses_text_that_is_not_utf8_and_numbers_beyond_a_double(clean):
+  """Raw non-UTF-8 bytes inside a string, a lone surrogate escape and 1e400 (which would read as
+  infinity), at the top or nested: each object rejected with its reason, the rest kept."""
+  lines = [b'{"a": 1, "s": "x", "f": 1.5}', b'{"a": 2, "s": "\xff\xfe", "f": 1.0}',
+           b'{"a": 3, "s": "\\ud800", "f": 1.0}', b'{"a": 4, "s": "y", "f": 1e400}',
+           b'{"a": 5, "s": "z", "f": -2.5}']
+  if not clean:  # a malformed line sends the whole block object by object
+    lines.append(b'{"a": 6,')
+  names, batches, rejected, total = read(b"\n".join(lines) + b"\n")
+  reasons = {line: why for line, _, why in rejected}
+  assert reasons[2].startswith("not UTF-8")
+  assert reasons[3] == "text holding a lone surrogate escape (\\ud800), not UTF-8 text"
+  assert reasons[4] == "a number beyond a double's range (it would read as infinity)"
+  assert [(r["__line__"], r["a"], r["f"]) for r in rows(batches)] == [(1, 1, 1.5), (5, 5, -2.5)]
+  assert total == len(lines) and len(rejected) == len(lines) - 2
+
+
+def test_jsonl_nested_infinities_are_refused_in_lists_and_objects():
+  from transforms.codec.json_values import JsonReader
+  lines = [b'{"f": [1.5, 2.0], "o": {"x": 1.0}}', b'{"f": [1e400], "o": {"x": 1.0}}',
+           b'{"f": [2.5], "o": {"x": -1e999}}', b'{"f": [3.5], "o": {"x": 2.0}}']
+  buf = b"\n".join(lines)
+  starts = np.cumsum([0] + [len(x) + 1 for x in lines[:-1]])
+  pieces, bad = JsonReader().parse(buf, starts, starts + np.array([len(x) for x in lines]))
+  assert [i for i, _ in bad] == [1, 2]
+  assert [list(p) for p, _ in pieces] == [[0, 3]]
 
 
 def test_jsonl_type_changes_between_lines_keep_each_type():

@@ -9,6 +9,9 @@ objects are parsed one by one with Python's json, the bad ones named, and the re
 whose types agree (an Arrow array has one type; the batches of a file may differ).
 
 Integers beyond int64 become floats (as the reader takes them); NaN and Infinity are not JSON.
+Three things no record may carry are refused, the object named with the reason, by either
+path: text that is not UTF-8 (raw bytes, or a lone surrogate escape such as "\ud800", which no
+UTF-8 text holds), and a number beyond a double's range (1e400, which would read as infinity).
 """
 import json
 
@@ -21,19 +24,45 @@ __all__ = ["JsonReader", "loads", "dig", "joined"]
 
 
 def loads(text):
-  """A JSON value (strict: NaN and Infinity are not JSON); ValueError says what is wrong."""
+  """A JSON value (strict: NaN and Infinity are not JSON, nor text holding a lone surrogate,
+  nor a number beyond a double); ValueError says what is wrong."""
   try:
-    return json.loads(text, parse_constant=_not_json)
+    value = json.loads(text, parse_constant=_not_json)
   except UnicodeDecodeError as e:
     raise ValueError(f"not UTF-8 ({e.reason} at byte {e.start})") from None
   except ValueError as e:
     raise ValueError(f"malformed JSON ({e})") from None
   except RecursionError:  # the nesting Python's parser reads (about 1,000 levels) bounds it
     raise ValueError("malformed JSON (nested too deeply to read)") from None
+  _check_value(value)
+  return value
 
 
 def _not_json(name):
   raise ValueError(f"{name} is not JSON")
+
+
+_TOO_BIG = "a number beyond a double's range (it would read as infinity)"
+
+
+def _check_value(value):
+  """ValueError for a string holding a lone surrogate or an infinite number, anywhere in it."""
+  if isinstance(value, str):
+    try:
+      value.encode("utf-8")
+    except UnicodeEncodeError:
+      bad = next(c for c in value if 0xD800 <= ord(c) <= 0xDFFF)
+      raise ValueError(f"text holding a lone surrogate escape (\\u{ord(bad):04x}), not UTF-8 "
+                       "text") from None
+  elif isinstance(value, float):
+    if value in (float("inf"), float("-inf")):
+      raise ValueError(_TOO_BIG)
+  elif isinstance(value, dict):
+    for v in value.values():
+      _check_value(v)
+  elif isinstance(value, list):
+    for v in value:
+      _check_value(v)
 
 
 class JsonReader:
@@ -50,7 +79,7 @@ class JsonReader:
     longest = int((ends - starts).max()) if n else 0
     table = self._read(buf, longest)
     if table is not None and table.num_rows == n:
-      return [(np.arange(n), _struct(table))], []
+      return _without_infinities([(np.arange(n), _struct(table))], [])
     # The reader refused the buffer: json.loads object by object (about 4 us for a 200-byte
     # line, several times the reader's cost), for this buffer only.
     good, bad = [], []
@@ -65,7 +94,7 @@ class JsonReader:
     if bad and good:  # most often a few malformed lines: the reader takes the rest at once
       table = self._read(b"\n".join(buf[starts[i]:ends[i]] for i, _ in good), longest)
       if table is not None and table.num_rows == len(good):
-        return [(np.array([i for i, _ in good]), _struct(table))], bad
+        return _without_infinities([(np.array([i for i, _ in good]), _struct(table))], bad)
     pieces = _runs(good, bad)
     return pieces, sorted(bad)
 
@@ -76,13 +105,52 @@ class JsonReader:
       try:
         table = _read_json(buf, options, hint)
         fix = _stringify(pa.struct(list(table.schema)))
-        if fix is None:
-          return table
-        self._hint = _merge(hint, fix)
-        return _read_json(buf, options, self._hint)
+        if fix is not None:
+          self._hint = _merge(hint, fix)
+          table = _read_json(buf, options, self._hint)
+        # The reader copies string bytes as they are: text that is not UTF-8 refuses the
+        # buffer, and the objects are then read one by one, the bad ones named.
+        table.validate(full=True)
+        return table
       except (pa.ArrowException, UnicodeDecodeError):
         continue
     return None
+
+
+def _without_infinities(pieces, bad):
+  """(pieces, bad) with the objects holding an infinite number (a JSON number beyond a double,
+  which the reader reads as infinity) moved from their piece to `bad`."""
+  out = []
+  for positions, values in pieces:
+    hit = _infinite(values)
+    if hit is None or not hit.any():
+      out.append((positions, values))
+      continue
+    bad = bad + [(int(i), _TOO_BIG) for i in positions[hit]]
+    if not hit.all():
+      out.append((positions[~hit], values.filter(pa.array(~hit))))
+  return out, sorted(bad)
+
+
+def _infinite(values):
+  """bool[n]: whether each value of an array (struct, list or scalar, nested) holds +-inf;
+  None when no part of its type is floating."""
+  t = values.type
+  if pa.types.is_floating(t):
+    return pc.fill_null(pc.is_inf(values), False).to_numpy(zero_copy_only=False)
+  if pa.types.is_struct(t):
+    hits = [h for i in range(t.num_fields)
+            if (h := _infinite(pc.struct_field(values, [i]))) is not None]
+    return np.logical_or.reduce(hits) if hits else None
+  if pa.types.is_list(t) or pa.types.is_large_list(t):
+    inner = _infinite(values.flatten())
+    if inner is None:
+      return None
+    out = np.zeros(len(values), bool)
+    parents = pc.list_parent_indices(values).to_numpy()
+    out[parents[inner]] = True
+    return out
+  return None
 
 
 def _read_json(buf, options, hint):
