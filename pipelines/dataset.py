@@ -5,10 +5,13 @@ import json
 import os
 import stat
 
+import pyarrow as pa
+
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.codec import csv_records, sources
+from transforms.codec import csv_records, parquet_records, sources
 from transforms.spec import fingerprint, schema
+from transforms.spec import typing as cells
 from transforms.spec.dataset import (FORMATS, MANIFEST, MANIFEST_FORMAT, REJECTED_PATH,
                                      SCHEMA_FILE, TEMP_PREFIX)
 from transforms.spec.errors import DataError, UsageError
@@ -16,7 +19,7 @@ from transforms.spec.lock import LOCK_FILE, lock_folder
 
 __all__ = ["TEMP_PREFIX", "one_writer", "remove_stale_temps", "match_inputs", "read_header",
            "read_text", "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree",
-           "write_atomically", "top_entries", "write_problem",
+           "write_atomically", "top_entries", "write_problem", "parquet_columns",
            "refuse_foreign_entries", "summary",
            "load_manifest", "read_columns", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
@@ -80,6 +83,42 @@ def read_columns(path, options):
       return sources.column_names(f, path, options)
   except sources.SourceError as e:
     raise UsageError(str(e)) from None
+
+
+def parquet_columns(paths):
+  """The columns of Parquet inputs, every file's schema read and checked first (its footer):
+  UsageError for a column named twice, a column of a type no record value can have (time64,
+  a duration: spec/values.py's scalars), or a file whose columns differ from the first file
+  holding rows (as CSV headers must agree)."""
+  first = None
+  for path in paths:
+    try:
+      with FileSystems.open(path) as f:
+        schema, rows = parquet_records.schema_of(f, path)
+    except sources.SourceError as e:
+      raise UsageError(str(e)) from None
+    names = list(schema.names)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+      raise UsageError(f"{path}: column(s) {', '.join(twice)} named more than once")
+    for field in schema:
+      typ = field.type
+      while pa.types.is_list(typ) or pa.types.is_large_list(typ):  # one value: that value
+        typ = typ.value_type
+      if pa.types.is_struct(typ) or pa.types.is_map(typ):
+        continue  # an object: a row holding one is rejected with its reason
+      try:
+        cells.column_cells(pa.array([], typ))
+      except ValueError as e:
+        raise UsageError(f"{path}: column {field.name!r}: {e} (cast or drop it before "
+                         "ingest)") from None
+    if rows and first is None:
+      first = (path, names)
+    elif rows and names != first[1]:
+      raise UsageError(f"{path}: columns {names} differ from {first[0]}: {first[1]}")
+  if first is None:
+    raise UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
+  return first[1]
 
 
 def read_text(path, flag):

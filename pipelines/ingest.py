@@ -339,6 +339,8 @@ def _hint(names, source):
 def _column_names(paths, source):
   """The dataset's columns: the CSV header (every headed file must agree), or the first
   record's columns of the first file holding one (later records are checked as read)."""
+  if source.format == "parquet":
+    return dataset.parquet_columns(paths)
   if source.format != "csv":
     for path in paths:
       names = dataset.read_columns(path, source)

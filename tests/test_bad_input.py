@@ -77,6 +77,16 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   (d / "jsonl_named.csv").write_bytes(b'{"a": 1, "b": "x"}\n{"a": 2, "b": "y"}\n')
   (d / "gzip_named.csv").write_bytes(gzip.compress(taxi[:4096], mtime=0))
   (d / "empty.csv").write_bytes(b"")
+  import datetime
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  pq.write_table(pa.Table.from_arrays([pa.array([1, 2]), pa.array([3, 4])], names=["a", "a"]),
+                 d / "dup_columns.parquet")
+  pq.write_table(pa.table({"a": [1, 2], "t": pa.array([datetime.time(1), datetime.time(2)],
+                                                       pa.time64("us"))}), d / "time64.parquet")
+  (d / "schemas").mkdir()
+  pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), d / "schemas" / "one.parquet")
+  pq.write_table(pa.table({"a": [3, 4], "c": [1.5, 2.5]}), d / "schemas" / "two.parquet")
   deep = "[" * 5000 + "]" * 5000
   deep_manifest = d / "deep_manifest"
   shutil.copytree(taxi_runs["direct"], deep_manifest)
@@ -228,6 +238,12 @@ CASES = [
      "max_rejected_fraction"),
     ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--formats", "csv"], "formats"),
     ("ingest", ["--input", "{fifo}", "--output_dir", "{out}"], "not a regular file"),
+    ("ingest", ["--input", "{dir}/dup_columns.parquet", "--output_dir", "{out}"],
+     "a named more than once"),
+    ("ingest", ["--input", "{dir}/time64.parquet", "--output_dir", "{out}"],
+     "type time64[us] is not a scalar"),
+    ("ingest", ["--input", "{dir}/schemas/*.parquet", "--output_dir", "{out}"],
+     "columns ['a', 'c'] differ from"),
     ("ingest", ["--input", "/dev/zero", "--output_dir", "{out}"], "not a regular file"),
     ("rerun", ["--input", "{fifo}", "--output_dir", "{out}", "--profile_a", PROFILE,
                "--profile_b", PROFILE, "--schema", TAXI_SCHEMA], "not a regular file"),

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from transforms.codec import sources
 from transforms.codec.sources import SourceError
 
-__all__ = ["column_names", "iter_batches"]
+__all__ = ["column_names", "schema_of", "iter_batches"]
 
 _MIN_ROWS, _MAX_ROWS = 1024, 1 << 20
 
@@ -31,6 +31,12 @@ def _open(f, path):
     return pq.ParquetFile(f)
   except (pa.ArrowException, OSError) as e:
     raise SourceError(f"{path}: not a readable Parquet file ({e})") from None
+
+
+def schema_of(f, path):
+  """(the file's Arrow schema, its row count): what a plan checks of every input file."""
+  pf = _open(f, path)
+  return pf.schema_arrow, pf.metadata.num_rows
 
 
 def column_names(f, path, opts):
