@@ -77,6 +77,9 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   (d / "jsonl_named.csv").write_bytes(b'{"a": 1, "b": "x"}\n{"a": 2, "b": "y"}\n')
   (d / "gzip_named.csv").write_bytes(gzip.compress(taxi[:4096], mtime=0))
   (d / "empty.csv").write_bytes(b"")
+  wide = 20_000  # more columns than a header may name (csv_records.MAX_COLUMNS)
+  (d / "wide.csv").write_text(",".join(f"c{i}" for i in range(wide)) + "\n" +
+                              ",".join("1" for _ in range(wide)) + "\n")
   import datetime
   import pyarrow as pa
   import pyarrow.parquet as pq
@@ -238,6 +241,8 @@ CASES = [
      "max_rejected_fraction"),
     ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--formats", "csv"], "formats"),
     ("ingest", ["--input", "{fifo}", "--output_dir", "{out}"], "not a regular file"),
+    ("ingest", ["--input", "{dir}/wide.csv", "--output_dir", "{out}"],
+     "the header names 20,000 columns, more than the 10,000"),
     ("ingest", ["--input", "{dir}/dup_columns.parquet", "--output_dir", "{out}"],
      "a named more than once"),
     ("ingest", ["--input", "{dir}/time64.parquet", "--output_dir", "{out}"],

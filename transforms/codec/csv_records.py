@@ -25,6 +25,10 @@ BOM = b"\xef\xbb\xbf"
 _NL, _CR = ord("\n"), ord("\r")
 DELIMITER = ","  # the field delimiter unless a reader is given another (one character)
 QUOTE = '"'  # the quote character unless a reader is given another (one character)
+# The most columns a header may name. A dataset's columns each become a typed column, a
+# fingerprint field and a TF Transform input: a header of a million columns (a file that is not
+# a table) kept ingest busy for minutes before it failed; this bound refuses it at once.
+MAX_COLUMNS = 10_000
 LINE_COLUMN, RAW_COLUMN, FILE_COLUMN = "__line__", "__raw__", "__file__"
 
 
@@ -202,6 +206,9 @@ def parse_header(block, dialect=DEFAULT):
                             quotechar=dialect.quote))
   except csv.Error as e:
     raise HeaderError(f"the header is not one CSV record ({e})") from None
+  if len(names) > MAX_COLUMNS:
+    raise HeaderError(f"the header names {len(names):,} columns, more than the {MAX_COLUMNS:,} "
+                      "a dataset may have")
   empty = [i + 1 for i, n in enumerate(names) if not n.strip()]
   if empty:
     raise HeaderError(f"empty header name in column(s) {empty}")
