@@ -3,8 +3,10 @@
 import argparse
 import dataclasses
 import difflib
+import errno
 import logging
 import os
+import re
 import sys
 
 from apache_beam.options import pipeline_options
@@ -16,7 +18,7 @@ from transforms.spec.run_metadata import versions
 
 __all__ = ["UsageError", "DataError", "HelpRequested", "OutputOptions", "JobOptions",
            "parse_options", "job_options", "job_help", "versions", "main_wrapper", "exit_now",
-           "process_main", "flag_names", "flags_type", "flags_of"]
+           "process_main", "flag_names", "flags_type", "flags_of", "disk_full"]
 
 
 class OutputOptions(PipelineOptions):
@@ -182,6 +184,9 @@ def flags_of(flags_class, options, options_class, **overrides):
 def main_wrapper(run):
   """Calls run(argv); UsageError -> message on stderr and its exit code; never a traceback."""
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+  # Beam logs a failing DoFn's traceback before it re-raises the exception: the exception is
+  # what this wrapper reports (one line), or Python prints once, unhandled.
+  logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
   try:
     code = run(sys.argv[1:])
   except HelpRequested as e:
@@ -194,7 +199,41 @@ def main_wrapper(run):
     print("error: " + "; ".join(line.strip() for line in str(e).splitlines() if line.strip()),
           file=sys.stderr)
     code = e.exit_code
+  except Exception as e:  # noqa: BLE001 -- a full disk is the one failure named, else re-raised
+    full = disk_full(e)
+    if full is None:
+      raise
+    print(f"error: {full}", file=sys.stderr)
+    code = UsageError.exit_code
   sys.exit(code or 0)
+
+
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_FULL_TEXT = re.compile(r"\[Errno (%s)\][^\[]*" % "|".join(str(n) for n in sorted(_FULL_ERRNOS)))
+
+
+def disk_full(error):
+  """One line when `error` (or what it wraps: a Beam runner re-raises a worker's OSError as a
+  RuntimeError naming it) is a write refused for want of space, else None. The jobs clean up
+  after themselves on the way out (their temp folders, their lock), so nothing is left."""
+  seen = error
+  while seen is not None:
+    if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
+      what = f"[Errno {seen.errno}] {seen.strerror}"
+      break
+    found = _FULL_TEXT.search(str(seen))
+    if found:
+      what = found.group(0).strip()
+      break
+    seen = seen.__cause__ or seen.__context__
+  else:
+    return None
+  out = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2]
+              for i, a in enumerate(sys.argv[1:]) if a.split("=")[0] == "--output_dir"
+              and ("=" in a or i + 2 < len(sys.argv))), None)
+  where = f"the device holding {out}" if out else "the output's device"
+  return (f"no space left on {where} ({what}); nothing was published: free space there or "
+          "write to another folder")
 
 
 def process_main(main, *args):

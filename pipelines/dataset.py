@@ -272,10 +272,19 @@ def move_tree(src_dir, dst_dir):
 
 
 def write_atomically(path, data):
+  """Writes path + '.tmp', then renames it to path; a write that fails (a full disk) leaves
+  neither."""
   tmp = path + ".tmp"
-  with FileSystems.create(tmp) as f:
-    f.write(data)
-  FileSystems.rename([tmp], [path])
+  try:
+    with FileSystems.create(tmp) as f:
+      f.write(data)
+    FileSystems.rename([tmp], [path])
+  except BaseException:
+    try:
+      remove_tree(tmp)
+    except Exception:  # noqa: BLE001 -- the write's own error is the one to report
+      pass
+    raise
 
 
 def _file_entry(root, rel):

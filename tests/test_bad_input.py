@@ -466,3 +466,47 @@ def test_a_module_still_importing_is_named_on_stderr(files, tmp_path, capsys, mo
   err = capsys.readouterr().err
   assert err == ("still importing --transform_module slow_module after 0.3 s (its top-level "
                  "code is running)\n"), err
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(files, tmp_path, capsys, monkeypatch):
+  """Ingest, features and the diff writing to a disk that fills up: one line naming the folder,
+  exit 2, and nothing left there (no temp folder, no lock, no half report). The disk is a 2 MiB
+  tmpfs where this process may mount one, else the file system's create is made to refuse."""
+  import errno
+  import subprocess
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                           capture_output=True).returncode == 0
+  if not mounted:
+    from apache_beam.io.filesystems import FileSystems
+    real = FileSystems.create
+    def create(path, *args, **kwargs):
+      if str(path).startswith(str(disk)):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+      return real(path, *args, **kwargs)
+    monkeypatch.setattr(FileSystems, "create", staticmethod(create))
+  fill = disk / "fill"  # the diff's report is small: the disk is filled first for it
+  try:
+    for name, argv, fill_first in [
+        ("ingest", ["--input", TAXI_CSV, "--output_dir", str(disk / "ingest")], False),
+        ("features", ["--input_dir", files["dataset"], "--output_dir", str(disk / "features"),
+                      "--profile", PROFILE, "--transform_module", "transforms.taxi"], False),
+        ("diff", ["--offline", files["log"], "--production", files["log"], "--output_dir",
+                  str(disk / "diff"), "--abs_tol", "0.5"], True)]:
+      if mounted and fill_first:  # 12 KiB left: the lock file, not the report
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        with open(fill, "wb") as f:
+          f.write(b"\0" * (free - 12 * 1024))
+      monkeypatch.setattr(sys, "argv", ["skewtrace", name] + argv)
+      with pytest.raises(SystemExit) as e:
+        cli.main()
+      err = capsys.readouterr().err
+      assert e.value.code == 2 and err.count("\n") == 1, err[-3000:]
+      out = argv[argv.index("--output_dir") + 1]
+      assert err.startswith(f"error: no space left on the device holding {out}"), err
+      assert sorted(os.listdir(disk)) == (["fill"] if mounted and fill_first else []), \
+          os.listdir(disk)
+  finally:
+    if mounted:
+      subprocess.run(["umount", "-l", str(disk)], check=True)

@@ -17,6 +17,7 @@ has no exclusive create, so a job writing there takes no lock (docs/operating.md
 `started` is wall-clock time, for a reader of the message; it is never part of an output.
 """
 import datetime
+import errno
 import fcntl
 import json
 import os
@@ -160,6 +161,10 @@ def lock_folder(folder, what):
   try:
     return FolderLock(folder, what)
   except OSError as e:  # a read-only file system, a folder this process may not write
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the words every job's full disk gets
+      raise UsageError(f"no space left on the device holding {folder} ({e.strerror}); "
+                       "nothing was published: free space there or write to another "
+                       "folder") from None
     raise UsageError(f"{folder}: cannot write there ({e.strerror or e})") from None
 
 
