@@ -34,8 +34,14 @@ __all__ = ["verify", "run", "report"]
 
 
 def _read(path):
-  with FileSystems.open(path, compression_type="uncompressed") as f:
-    return f.read()
+  """A file's bytes; UsageError naming it when this process cannot read it (permissions): a
+  file verify cannot open is not evidence of damage, and no traceback."""
+  try:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+      return f.read()
+  except PermissionError as e:
+    raise common.UsageError(f"{path}: cannot be read ({e.strerror}); verify needs to read "
+                            "every file of the dataset") from None
 
 
 def _listing(root):

@@ -33,6 +33,23 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   fifo = tmp_path_factory.mktemp("fifo") / "in.csv"  # apart: hashing d's files would block
   os.mkfifo(fifo)
   out["fifo"] = str(fifo)
+  # A regular file this process cannot read: chmod 000 stops any user but root; root is
+  # refused a write-only kernel file (apart from d too: _tree could not hash it).
+  unreadable = fifo.parent / "unreadable.csv"
+  unreadable.write_text("a,b\n1,2\n")
+  os.chmod(unreadable, 0)
+  try:
+    open(unreadable, "rb").close()
+    unreadable = "/proc/sys/vm/compact_memory"  # readable anyway: this process is root
+  except PermissionError:
+    pass
+  out["unreadable"] = str(unreadable)
+  damaged_shard = tmp_path_factory.mktemp("unreadable_shard") / "dataset"
+  shutil.copytree(taxi_runs["direct"], damaged_shard)
+  shard = damaged_shard / "parquet" / "part-00001-of-00004.parquet"
+  os.remove(shard)
+  os.symlink(out["unreadable"], shard)
+  out["unreadable_shard"] = str(damaged_shard)
   (d / "empty").mkdir()
   (d / "garbage.csv").write_bytes(b"\xff\xfe\x00garbage\x00" * 50)
   (d / "header_only.csv").write_text("a,b,c\n")
@@ -241,6 +258,9 @@ CASES = [
      "max_rejected_fraction"),
     ("ingest", ["--input", TAXI_CSV, "--output_dir", "{out}", "--formats", "csv"], "formats"),
     ("ingest", ["--input", "{fifo}", "--output_dir", "{out}"], "not a regular file"),
+    ("ingest", ["--input", "{unreadable}", "--output_dir", "{out}"],
+     "cannot read (Permission denied)"),
+    ("verify", ["{unreadable_shard}"], "part-00001-of-00004.parquet: cannot be read"),
     ("ingest", ["--input", "{dir}/wide.csv", "--output_dir", "{out}"],
      "the header names 20,000 columns, more than the 10,000"),
     ("ingest", ["--input", "{dir}/dup_columns.parquet", "--output_dir", "{out}"],
