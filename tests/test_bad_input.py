@@ -530,3 +530,25 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(files, tmp_path, capsys, mon
   finally:
     if mounted:
       subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_parquet_values_no_type_holds_are_rejected_or_kept_exactly(tmp_path):
+  """A binary column holding bytes that are not UTF-8: that row rejected with its reason, the
+  others written; uint64 values near 2**64: their column keeps every digit (BYTES), never one
+  rounded float for two values."""
+  import glob
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  from pipelines import ingest as ingest_job
+  src = tmp_path / "in.parquet"
+  pq.write_table(pa.table({"a": [1, 2, 3], "b": pa.array([b"ok", b"\xff\xfe", b"fine"]),
+                           "u": pa.array([2 ** 64 - 1, 2 ** 64 - 2, 5], pa.uint64())}), src)
+  out = tmp_path / "out"
+  assert ingest_job.run(["--input", str(src), "--output_dir", str(out),
+                         "--max_rejected_fraction", "0.5"]) == 0
+  rejected = [json.loads(x) for x in open(glob.glob(str(out / "rejected" / "*.jsonl"))[0])]
+  assert [(r["line"], r["reason"]) for r in rejected] == [(2, "column 'b' is not UTF-8")]
+  table = pq.read_table(glob.glob(str(out / "parquet" / "*.parquet")))
+  assert table.schema.field("u").type == pa.string()
+  assert sorted(table.column("u").to_pylist()) == ["18446744073709551615", "5"]
+  assert sorted(table.column("b").to_pylist()) == ["fine", "ok"]

@@ -3,7 +3,8 @@
 A dataset's schema is an ordered list of (name, type) with type INT (int64), FLOAT (float64)
 or BYTES (UTF-8 text). It comes from a TFMD schema pbtxt when given, otherwise it is inferred
 over the whole input: INT if every present value parses as int64, else FLOAT if every present
-value parses as float64, else BYTES (also for a column with no present value). Parsing is
+value parses as float64 and none is an integer beyond int64 (which float64 would round), else
+BYTES (also for a column with no present value). Parsing is
 pyarrow's cast from text, so inference and typing accept the same literals; typing reads the
 canonical text of spec/values.py, so every source (CSV, JSON, Parquet, tf.Example) types alike.
 """
@@ -74,6 +75,19 @@ def _bad_positions(arr, target):
       [mid + i for i in _bad_positions(arr.slice(mid), target)]
 
 
+def _not_utf8(binary):
+  """Positions of the values of a binary array that are not UTF-8 text (a failure path: the
+  array's cast to string already refused it)."""
+  def bad(v):
+    try:
+      v.decode("utf-8")
+      return False
+    except UnicodeDecodeError:
+      return True
+  return np.array([i for i, v in enumerate(binary.to_pylist()) if v is not None and bad(v)],
+                  dtype=np.int64)
+
+
 def type_column(column, typ, canonical=None):
   """Types a column of any scalar Arrow type (CSV's UTF-8-validated binary, JSON, Parquet,
   tf.Example values) to typ. Returns (typed array, bad row indices). canonical: the column's
@@ -86,9 +100,15 @@ def type_column(column, typ, canonical=None):
   """
   if typ == BYTES:
     text = values.source_text(column)
-    if not pa.types.is_string(text.type):
-      text = text.cast(pa.string())  # CSV binary is UTF-8-validated by its reader
-    return text, np.zeros(0, dtype=np.int64)
+    if pa.types.is_string(text.type):
+      return text, np.zeros(0, dtype=np.int64)
+    try:
+      return text.cast(pa.string()), np.zeros(0, dtype=np.int64)  # CSV's is UTF-8-validated
+    except pa.ArrowInvalid:  # a binary column (Parquet, tf.Example) holding bytes that are not
+      bad = _not_utf8(text)  # UTF-8 text: those rows are rejected, the rest typed
+      keep = np.ones(len(text), bool)
+      keep[bad] = False
+      return pc.if_else(pa.array(keep), text, pa.scalar(None, text.type)).cast(pa.string()), bad
   text = values.canonical_text(column) if canonical is None else canonical
   if not pa.types.is_string(text.type):
     text = text.cast(pa.string())
@@ -134,7 +154,12 @@ def type_flags(batch, names):
         out[name] = [present, False, False]
         continue
     is_int = _casts(text, pa.int64())
-    out[name] = [present, is_int, is_int or _casts(text, pa.float64())]
+    # An integer beyond int64 (a uint64 near 2**64, a long id) parses as float64 only rounded:
+    # two such values could read as one. Its column is not FLOAT, so it keeps its digits.
+    wide = not is_int and not _casts(
+        text.filter(pc.fill_null(pc.match_substring_regex(text, r"^[-+]?[0-9]+$"), False)),
+        pa.int64())
+    out[name] = [present, is_int, is_int or (not wide and _casts(text, pa.float64()))]
   return out
 
 

@@ -48,6 +48,7 @@ def type_batch(batch, columns, paths, required=(), side=()):
       for i in bad:
         reasons.setdefault(int(i), []).append(
             PARSE.reason("key_missing", name=name) if typ is None else
+            PARSE.reason("not_utf8", name=name) if typ == schema.BYTES else  # its only failure
             PARSE.reason("not_type", name=name, text=_cell_text(col, int(i)), type=typ))
     for i in sorted(reasons):
       rejected.append(rejected_row(paths[files[i]], lines[i], raw[i].as_py().rstrip(b"\r\n"),
