@@ -20,6 +20,7 @@ from transforms.spec.lock import LOCK_FILE, lock_folder
 __all__ = ["TEMP_PREFIX", "one_writer", "remove_stale_temps", "match_inputs", "read_header",
            "read_text", "describe_file", "check_output_dir", "publish", "remove_tree", "move_tree",
            "write_atomically", "top_entries", "write_problem", "parquet_columns",
+           "csv_header",
            "refuse_foreign_entries", "summary",
            "load_manifest", "read_columns", "MANIFEST", "RESULTS",
            "SCHEMA_FILE", "MANIFEST_FORMAT"]
@@ -83,6 +84,19 @@ def read_columns(path, options):
       return sources.column_names(f, path, options)
   except sources.SourceError as e:
     raise UsageError(str(e)) from None
+
+
+def csv_header(paths, dialect):
+  """The header every headed CSV input shares; UsageError when none has one or two differ."""
+  headers = {path: read_header(path, dialect) for path in paths}
+  with_header = [p for p in paths if headers[p] is not None]
+  if not with_header:
+    raise UsageError(f"no header: no input file has a header row ({', '.join(paths)})")
+  names = headers[with_header[0]]
+  for path in with_header:
+    if headers[path] != names:
+      raise UsageError(f"{path}: header {headers[path]} differs from {with_header[0]}: {names}")
+  return names
 
 
 def parquet_columns(paths):

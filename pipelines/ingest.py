@@ -347,16 +347,7 @@ def _column_names(paths, source):
       if names is not None:
         return list(names)
     raise common.UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
-  headers = {path: dataset.read_header(path, source.dialect) for path in paths}
-  with_header = [p for p in paths if headers[p] is not None]
-  if not with_header:
-    raise common.UsageError(f"no header: no input file has a header row ({', '.join(paths)})")
-  names = headers[with_header[0]]
-  for path in with_header:
-    if headers[path] != names:
-      raise common.UsageError(f"{path}: header {headers[path]} differs from {with_header[0]}: "
-                              f"{names}")
-  return names
+  return dataset.csv_header(paths, source.dialect)
 
 
 def _recorded_options(opts, num_shards, formats, key_columns, source):

@@ -65,4 +65,6 @@ class DiffOptions(PipelineOptions):
     return tol
 
 
-DiffFlags = common.flags_type("DiffFlags", DiffOptions, __name__)
+# Named as the job's, which re-exports them: help and pickles say replay.diff.job.
+DiffOptions.__module__ = "replay.diff.job"
+DiffFlags = common.flags_type("DiffFlags", DiffOptions, "replay.diff.job")
