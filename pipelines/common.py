@@ -228,9 +228,9 @@ def disk_full(error):
     seen = seen.__cause__ or seen.__context__
   else:
     return None
-  out = next((a.split("=", 1)[1] if "=" in a else sys.argv[i + 2]
-              for i, a in enumerate(sys.argv[1:]) if a.split("=")[0] == "--output_dir"
-              and ("=" in a or i + 2 < len(sys.argv))), None)
+  named = argparse.ArgumentParser(add_help=False)
+  named.add_argument("--output_dir")
+  out = named.parse_known_args(sys.argv[1:])[0].output_dir
   where = f"the device holding {out}" if out else "the output's device"
   return (f"no space left on {where} ({what}); nothing was published: free space there or "
           "write to another folder")

@@ -72,7 +72,8 @@ def _bucket_problems(where, entry, table, num_buckets):
   if dropped != entry["dropped"]:
     problems.append(f"{where}: {dropped} dropped rows, run_metadata.json says "
                     f"{entry['dropped']}")
-  for stage, digest in feature_log.stage_digests(table).items():
+  hashes = feature_log.log_hash(table.column(feature_log.KEY).combine_chunks())  # once: digest
+  for stage, digest in feature_log.stage_digests(table, hashes).items():        # and buckets
     if stage == feature_log.KEY_DIGEST:
       if stage in entry["digests"] and fingerprint.digest_hex(digest) != entry["digests"][stage]:
         problems.append(f"{where}: the keys of its rows do not add up to the key digest "
@@ -81,8 +82,7 @@ def _bucket_problems(where, entry, table, num_buckets):
       problems.append(f"{where}: the {stage} fingerprints of its rows do not add up to the "
                       "digest run_metadata.json records")
   if table.num_rows:  # each row's key belongs to the bucket it is in
-    n = int((feature_log.bucket_of(table.column(feature_log.KEY).combine_chunks(), num_buckets)
-             != int(entry["bucket"])).sum())
+    n = int((feature_log.buckets_of(hashes, num_buckets) != int(entry["bucket"])).sum())
     if n:
       problems.append(f"{where}: {n} rows whose key belongs to another of the "
                       f"{num_buckets} buckets")

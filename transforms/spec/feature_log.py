@@ -36,8 +36,8 @@ __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_
            "aggregate_column", "aggregates_of", "input_column", "inputs_of", "feature_fp_column",
            "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
            "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
-           "parquet_options", "read_options", "log_hash", "KEY_DIGEST", "MAX_BUCKETS", "bucket_of", "buckets_of",
-           "bucket_path", "bucket_glob", "part_path", "is_part_file", "transformed_path",
+           "parquet_options", "read_options", "log_hash", "KEY_DIGEST", "MAX_BUCKETS",
+           "bucket_of", "buckets_of", "bucket_path", "bucket_glob", "part_path", "is_part_file", "transformed_path",
            "passthrough_columns", "passthrough_types", "stage_digests"]
 
 LOG_DIR, TRANSFORMED_DIR, TRANSFORM_FN_DIR = "feature_log", "transformed", "transform_fn"
@@ -239,11 +239,14 @@ KEY_DIGEST = "key"
 MAX_BUCKETS = 99999  # the five digits of a bucket's file name (_bucket_stem)
 
 
-def stage_digests(log):
+def stage_digests(log, key_hashes=None):
   """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage, and
-  KEY_DIGEST: combine_digest of every row's key log_hash -- the per-bucket digests run metadata
-  carry, which verify recomputes and the diff compares to skip equal buckets."""
+  KEY_DIGEST: combine_digest of every row's key log_hash (`key_hashes` when the caller has
+  them) -- the per-bucket digests run metadata carry, which verify recomputes and the diff
+  compares to skip equal buckets."""
   out = {s: fingerprint.combine_digest(log.column(fp_column(s)).drop_null().to_numpy())
          for s in FP_STAGES}
-  out[KEY_DIGEST] = fingerprint.combine_digest(log_hash(log.column(KEY).combine_chunks()))
+  if key_hashes is None:
+    key_hashes = log_hash(log.column(KEY).combine_chunks())
+  out[KEY_DIGEST] = fingerprint.combine_digest(key_hashes)
   return out

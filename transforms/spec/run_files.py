@@ -10,6 +10,7 @@ on an object store through Beam's FileSystems. docs/formats.md, "Integrity and e
 import hashlib
 import os
 
+from transforms.spec import run_metadata
 from transforms.spec.feature_log import TRANSFORM_FN_DIR, TRANSFORMED_DIR
 
 __all__ = ["FILES", "SUBDIRS", "describe", "problems", "transform_fn_problems"]
@@ -108,7 +109,7 @@ def transform_fn_problems(transform_fn_dir, meta=None):
   if os.path.basename(transform_fn_dir.rstrip("/")) != TRANSFORM_FN_DIR:
     return []
   if meta is None:
-    path = _join(run_dir, "run_metadata.json")  # run_metadata.FILE
+    path = _join(run_dir, run_metadata.FILE)
     try:
       if _remote(path):
         from apache_beam.io.filesystems import FileSystems

@@ -132,6 +132,9 @@ def _casts(text, target):
     return False
 
 
+_WIDE_DIGITS = 19  # the fewest characters of an integer beyond int64 (9223372036854775808)
+
+
 def type_flags(batch, names):
   """Per column: [has a present value, all present values parse as INT, ... as FLOAT].
 
@@ -154,12 +157,14 @@ def type_flags(batch, names):
         out[name] = [present, False, False]
         continue
     is_int = _casts(text, pa.int64())
-    # An integer beyond int64 (a uint64 near 2**64, a long id) parses as float64 only rounded:
-    # two such values could read as one. Its column is not FLOAT, so it keeps its digits.
-    wide = not is_int and not _casts(
-        text.filter(pc.fill_null(pc.match_substring_regex(text, r"^[-+]?[0-9]+$"), False)),
-        pa.int64())
-    out[name] = [present, is_int, is_int or (not wide and _casts(text, pa.float64()))]
+    is_float = is_int or _casts(text, pa.float64())
+    if is_float and not is_int and (pc.max(pc.utf8_length(text)).as_py() or 0) >= _WIDE_DIGITS:
+      # An integer beyond int64 (a uint64 near 2**64, a long id) parses as float64 only
+      # rounded: two such values could read as one. Its column is not FLOAT: it keeps its
+      # digits. (Only text of _WIDE_DIGITS characters or more can be one.)
+      integers = pc.fill_null(pc.match_substring_regex(text, r"^[-+]?[0-9]+$"), False)
+      is_float = _casts(text.filter(integers), pa.int64())
+    out[name] = [present, is_int, is_float]
   return out
 
 
