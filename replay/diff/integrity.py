@@ -23,7 +23,7 @@ from transforms.spec import feature_log, fingerprint, run_files
 from transforms.spec.errors import first_line
 from transforms.spec.stages import SERVE, TRANSFORM
 
-__all__ = ["verify", "bucket_problems", "page_problem", "where_of"]
+__all__ = ["verify", "bucket_problems", "page_problem", "where_of", "warm_up"]
 
 
 def _read(paths):
@@ -62,6 +62,13 @@ def bucket_problems(where, entry, table, num_buckets):
   entry: rows, drops, every stage digest and the key digest recomputed, each row's bucket, and
   each kept record's transform, feature and serve fingerprints recomputed from its values."""
   return _bucket_problems(where, entry, table, num_buckets)
+
+
+def warm_up():
+  """Loads the compiled kernels bucket_problems calls (numba's on-disk cache, about 0.5 s in a
+  new process): a job calls it on a thread of its own before the first bucket arrives."""
+  fingerprint.fingerprint_fields(pa.table({"x": pa.array([1.0])}))
+  feature_log.log_hash(pa.array(["k"]))
 
 
 def _bucket_problems(where, entry, table, num_buckets):

@@ -111,24 +111,42 @@ class _CompareBucketFn(beam.DoFn):
     self._buckets = Metrics.counter(METRICS_NAMESPACE, "buckets_compared")
     self._rows = {s: Metrics.counter(METRICS_NAMESPACE, f"rows_read_{s}") for s in compare.SIDES}
     self._records = {k: Metrics.counter(METRICS_NAMESPACE, k) for k in compare.COUNTERS}
+    self._pool = None
+
+  def setup(self):
+    # The row checks run beside the comparison (their kernels release the GIL), on threads
+    # whose first task loads the check's compiled kernels while the first bucket is read.
+    if self._checks:
+      self._pool = concurrent.futures.ThreadPoolExecutor(1)
+      self._pool.submit(integrity.warm_up)
+
+  def teardown(self):
+    if self._pool is not None:
+      self._pool.shutdown(wait=True)
+      self._pool = None
 
   def process(self, element):
-    _, grouped = element
+    bucket, grouped = element
     try:
       tables = {s: _read_parts(grouped[s]) for s in compare.SIDES}
     except common.DataError as e:
       yield beam.pvalue.TaggedOutput(_ERRORS, str(e))
       return
-    for side, entries in sorted(self._checks.items()):  # the rows against their fingerprints
-      bucket, table = element[0], tables[side]
+    if self._pool is None:
+      self.setup()
+    checking = []  # the rows against their fingerprints, beside the comparison
+    for side, entries in sorted(self._checks.items()):
+      table = tables[side]
       if table is not None and bucket in entries:
         paths = sorted(grouped[side])
         where = integrity.where_of(paths, paths[0].rsplit("/", 1)[0], bucket)
-        problems = integrity.bucket_problems(where, entries[bucket], table, self._num_buckets)
-        if problems:
-          yield beam.pvalue.TaggedOutput(_ERRORS, f"--{side}: {problems[0]}")
-          return
+        checking.append((side, self._pool.submit(integrity.bucket_problems, where,
+                                                 entries[bucket], table, self._num_buckets)))
     part = compare.compare_bucket(tables["offline"], tables["production"], self._context)
+    for side, problems in checking:  # sorted by side: the first problem is the same every run
+      if problems.result():
+        yield beam.pvalue.TaggedOutput(_ERRORS, f"--{side}: {problems.result()[0]}")
+        return
     self._buckets.inc()
     for s, t in tables.items():
       self._rows[s].inc(t.num_rows if t is not None else 0)

@@ -28,7 +28,7 @@ import xxhash
 
 from transforms.codec.arrow_buffers import fixed_values, validity
 from transforms.codec.xxh64 import (KIND_BYTES, KIND_FLOAT, KIND_INT, KIND_LIST, KIND_MISSING,
-                              KIND_NULL, hash_fields, prefix_state)
+                              KIND_NULL, hash_fields, hash_scalar_field, prefix_state)
 
 __all__ = ["SALT", "fingerprint_batch", "fingerprint_fields", "fingerprint_record", "encode_record",
            "combine_digest", "empty_digest", "add_digests", "digest_hex", "parse_digest", "MISSING"]
@@ -300,7 +300,7 @@ def fingerprint_batch(batch, fields=None, seed=0):
 def fingerprint_fields(batch, fields=None, seed=0):
   """(fingerprint_batch(batch, fields, seed), {name: fingerprint_batch(batch, [name], seed)} for
   each name of `fields`): a record's fingerprint and each field's own, from one assembly of the
-  kernel inputs."""
+  kernel inputs (an INT or FLOAT field's own in a loop over its column, hash_scalar_field)."""
   columns, n = _as_columns(batch)
   header, enc = _header(list(columns) if fields is None else list(fields))
   state0, words0 = _header_state(header, seed)
@@ -309,6 +309,10 @@ def fingerprint_fields(batch, fields=None, seed=0):
   per_field = {}
   for f, e in enumerate(enc):
     state, nwords = _header_state(_header([e.decode("utf-8")])[0], seed)
+    if kinds[f] in (KIND_INT, KIND_FLOAT):
+      per_field[e.decode("utf-8")] = hash_scalar_field(state, nwords, kinds[f],
+                                                       words[slots[f]], valid[f])
+      continue
     one = slice(f, f + 1)
     per_field[e.decode("utf-8")] = hash_fields(state, nwords, kinds[one], slots[one],
                                                valid[one], words, starts, bbuf, wbuf)
