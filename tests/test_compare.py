@@ -568,13 +568,45 @@ def test_noise_tolerance_is_sqrt_n_unit_roundoffs_of_the_values_dtype():
   assert t.for_feature("x", 32) == (100 * 2.0 ** -24,) * 2
   assert t.for_feature("x", 64) == (100 * 2.0 ** -53,) * 2
   assert t.to_dict()["default"]["noise"] == {"records": 10000, "float32": 100 * 2.0 ** -24,
-                                             "float64": 100 * 2.0 ** -53}
+                                             "float64": 100 * 2.0 ** -53, "exact_features": []}
   assert t.exact().for_feature("x") == (0.0, 0.0) and not t.exact().is_noise
   # Any default flag makes the default explicit (the other one 0); a spec keeps its own.
   assert not tolerance.from_flags(abs_tol=0.0).is_noise
   assert tolerance.from_flags(rel_tol=1e-3).for_feature("x") == (0.0, 1e-3)
   spec = tolerance.from_flags(specs=["x=0.5"]).with_noise(4)
   assert spec.for_feature("x") == (0.5, 0.0) and spec.for_feature("y") == (2 * 2.0 ** -24,) * 2
+
+
+def test_features_fed_by_an_analyzer_that_differs_are_exact_and_the_others_keep_the_noise():
+  from replay.diff import analyzers
+  def side(mean, vocab, sub):
+    return {"fingerprint": f"{mean}{vocab}{sub}", "definition": "d", "analyzers": {
+        "z_mean": {"fingerprint": str(mean), "dtype": "float32", "shape": [], "values": [mean],
+                   "features": ["fare_z"]},
+        "vocabulary/company": {"fingerprint": vocab, "features": ["company_id"]},
+        "vocab_sub_x": {"fingerprint": str(sub), "dtype": "int64", "shape": [], "values": [sub]}}}
+  noise = 1.0 + 2.0 ** -23  # one float32 ulp: within sqrt(N) * u
+  compared = analyzers.compare(side(1.0, "a", 5), side(noise, "b", 6), 10000)
+  assert compared["state"] == "differs"
+  # vocab_sub_x differs but feeds no feature (its entry names none): it moves no value.
+  assert analyzers.exact_features(compared, side(1.0, "a", 5), side(noise, "b", 6)) == \
+      ("company_id",)
+  t = tolerance.from_flags().with_noise(10000).with_exact(["company_id"])
+  assert t.for_feature("company_id") == (0.0, 0.0)
+  assert t.for_feature("fare_z") == (100 * 2.0 ** -24,) * 2
+  assert t.to_dict()["default"]["noise"]["exact_features"] == ["company_id"]
+  assert tolerance.from_flags(specs=["company_id=0.5"]).with_noise(4).with_exact(
+      ["company_id"]).for_feature("company_id") == (0.5, 0.0)  # a feature's own flag wins
+  # No links recorded at all, or fingerprints that differ with no analyzer to show for it:
+  # the whole default is exact.
+  bare = {"fingerprint": "x", "definition": "d", "analyzers": {
+      "m": {"fingerprint": "1", "dtype": "int64", "shape": [], "values": [1]}}}
+  other = {"fingerprint": "y", "definition": "d", "analyzers": {
+      "m": {"fingerprint": "2", "dtype": "int64", "shape": [], "values": [2]}}}
+  assert analyzers.exact_features(analyzers.compare(bare, other, 10), bare, other) is None
+  whole = dict(bare, fingerprint="z")
+  assert analyzers.exact_features(analyzers.compare(bare, whole, 10), bare, whole) is None
+  assert analyzers.exact_features(analyzers.compare(bare, bare, 10), bare, bare) == ()
 
 
 def test_float32_values_one_ulp_apart_are_noise_and_exact_zero_stays_available():

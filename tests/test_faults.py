@@ -382,8 +382,12 @@ def test_08_raw_values_changed_upstream_are_attributed_to_raw(keyed):
   assert code2 == code and r2["records"] == r["records"]
   assert len(r2["evidence_errors"]) == 1 and shard in r2["evidence_errors"][0]
   assert "input_differences" not in r2
-  assert all(s["input"]["fare"][1] is None for k in ("divergent", "latent")
-             for s in r2["samples"][k] if s["first_divergent_stage"] == "raw")
+  unread = [s for k in ("divergent", "latent") for s in r2["samples"][k]
+            if s["first_divergent_stage"] == "raw"]
+  assert unread and all(s["input"]["fare"][1] is None for s in unread)
+  # A side whose input cannot be read shows no column as differing.
+  assert all(s["input_unknown"] == {"production": "unreadable"} and s["input_differs"] == []
+             for s in unread)
 
 
 def test_08b_event_time_an_hour_off_in_serving_is_raw_with_both_times_shown(keyed):
@@ -454,6 +458,22 @@ def test_08c_logger_side_input_is_shown_and_compared_from_its_logged_text(keyed,
     assert float(offline) == float(fares[s["key"]])
     assert float(production) == float(f"{float(fares[s['key']]) + 1:.2f}")
     assert s["input"]["trip_id"] == [s["key"], s["key"]]
+    assert "input_unknown" not in s
+  # The same records logged without log_inputs: production's input is "not logged", never a
+  # difference; offline's is shown, and the HTML says why no column is compared.
+  bare = str(d / "p_no_inputs")
+  with ProductionLogger.from_features_dir(keyed["offline"], bare) as logger:
+    logger.log_batch(served, aggregates)
+  code, r = _diff(keyed["offline"], bare, d / "d_no_inputs", "--samples", "1000")
+  assert code == 1 and r["first_divergent_stage"]["raw"] == len(changed)
+  samples = [s for k in ("divergent", "latent") for s in r["samples"][k]
+             if s["first_divergent_stage"] == "raw"]
+  assert samples and all(s["input_unknown"] == {"production": "not logged"} and
+                         s["input_differs"] == [] for s in samples)
+  assert all(float(s["input"]["fare"][0]) == float(fares[s["key"]]) and
+             s["input"]["fare"][1] is None for s in samples)
+  with open(d / "d_no_inputs" / "report.html", encoding="utf-8") as f:
+    assert "production input not logged" in f.read()
 
 
 def test_09_float_noise_within_tolerance_is_not_divergent(keyed):

@@ -316,15 +316,22 @@ def _feature_log(root):
       os.path.join(root, "feature_log", "*.parquet")))]).sort_by("key")
 
 
+@pytest.fixture(scope="module")
+def three_shards(tmp_path_factory):
+  """The taxi sample ingested into 3 shards (the session's ingest has 4)."""
+  return ingest(tmp_path_factory.mktemp("three_shards"), "--num_shards", "3", "--schema",
+                TAXI_SCHEMA)
+
+
 def test_another_ingest_shard_count_is_float_noise_named_at_analyze(taxi_runs, taxi_features,
-                                                                    tmp_path):
+                                                                    three_shards, tmp_path):
   """The same CSV ingested into 3 shards instead of 4: the content is identical, TFT's float
   analyzers move in their last bits (the order of their sums follows the shards). At the
   defaults every record whose transform moved is noise (0 divergent, exit 0), the analyzers
   are named as noise and the shard count as the cause at analyze; --abs_tol 0 --rel_tol 0
   makes the same records divergent at analyze."""
   from replay.diff import job as diff
-  data = ingest(tmp_path / "d", "--num_shards", "3", "--schema", TAXI_SCHEMA)
+  data = three_shards
   assert _manifest(data)["content_digest"] == _manifest(taxi_runs["direct"])["content_digest"]
   prod = features(data, tmp_path / "f")
   with open(os.path.join(prod, "run_metadata.json"), encoding="utf-8") as f:
@@ -358,6 +365,52 @@ def test_another_ingest_shard_count_is_float_noise_named_at_analyze(taxi_runs, t
     report = json.load(f)
   assert code == 1
   assert report["first_divergent_stage"]["analyze"] == moved == report["records"]["divergent"]
+
+
+def test_one_analyzer_that_really_changed_leaves_the_noise_of_the_others_as_noise(
+    taxi_features, three_shards, tmp_path):
+  """Production ingests into 3 shards (every float analyzer moves by reduction-order noise)
+  and keeps the 20 most frequent companies instead of 1,000 (tests/taxi_top_companies.py: the
+  company vocabulary really changes, and company_id with it for the rarer companies). The
+  feature fed by the changed analyzer is compared exactly; the z-scores, fed only by
+  analyzers within noise, keep the noise tolerance. Divergent, noise and identical are worked
+  out here from the two logs alone: divergent where an integer feature differs at all or a
+  float feature beyond |p - o| <= t(1 + |o|), t = sqrt(N) * 2**-24."""
+  from replay.diff import job as diff
+  prod = features(three_shards, tmp_path / "f", "--transform_module", "tests.taxi_top_companies")
+  off, pro = _feature_log(taxi_features["direct"]), _feature_log(prod)
+  assert off.column("key").equals(pro.column("key"))
+  tau = np.sqrt(off.num_rows) * 2.0 ** -24
+  bad = np.zeros(off.num_rows, bool)
+  noisy, exact = [], []
+  for name in [n for n in off.schema.names if n.startswith("value__")]:
+    o = off.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+    p = pro.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+    differs = ~((o == p) | (np.isnan(o) & np.isnan(p)))
+    if pa.types.is_floating(off.schema.field(name).type):
+      with np.errstate(invalid="ignore"):
+        bad |= differs & ~(np.abs(p - o) <= tau * (1 + np.abs(o)))
+      noisy += [name[len("value__"):]] if differs.any() else []
+    else:
+      bad |= differs
+      exact += [name[len("value__"):]] if differs.any() else []
+  moved = int(np.count_nonzero(off.column("fp_transform").to_numpy() !=
+                               pro.column("fp_transform").to_numpy()))
+  divergent = int(np.count_nonzero(bad))
+  assert noisy and exact == ["company_id"] and 0 < divergent < moved  # some records only noise
+  code = diff.run(["--offline", taxi_features["direct"], "--production", prod,
+                   "--output_dir", str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  assert code == 1
+  # The analyzers' names, dtypes and shapes are the same: the records part at analyze.
+  assert report["records"]["divergent"] == divergent == report["first_divergent_stage"][
+      "analyze"]
+  assert report["records"]["noise"] == moved - divergent
+  assert report["records"]["identical"] == off.num_rows - moved
+  assert report["analyzers"]["state"] == "differs"
+  assert report["tolerance"]["default"]["noise"]["exact_features"] == ["company_id"]
+  assert any("compared exactly: company_id" in why for why in report["noise"]["why"])
 
 
 def test_a_first_log_without_examples_is_a_rejected_row_and_damaged_framing_an_input_error(

@@ -221,6 +221,16 @@ def test_the_logger_logs_served_values_and_a_reimplementation_shows_at_serve(
   assert code == 1
   assert {s: n for s, n in report["first_divergent_stage"].items() if n} == {"serve": clipped}
   assert report["records"]["divergent"] == clipped
+  # The logger records what it was given as ingest does: the served feature is the cause at
+  # serve, for exactly the records that part there; its form is not compared with a format.
+  causes = {(c["stage"], c["field"]): c for c in report["suspected_causes"]}
+  served = causes[("serve", "source.side_columns.served")]
+  assert served["production"] == {FEATURE: FEATURE} and served["offline"] == {}
+  assert served["records"] == clipped
+  assert not [c for c in causes if c[1] == "source.format"]
+  with open(os.path.join(clip, "run_metadata.json"), encoding="utf-8") as f:
+    assert json.load(f)["source"]["side_columns"] == {"served": {FEATURE: FEATURE},
+                                                      "aggregates": {AGGREGATE: AGGREGATE}}
 
 
 @pytest.mark.parametrize("served,message", [

@@ -12,7 +12,8 @@ The run metadata carry every analyzer output's fingerprint and, for numeric outp
   offline_only / production_only   an analyzer one run lacks (a changed preprocessing_fn)
 Each entry names the output features the analyzer feeds, as either run metadata records them.
 The run's state is `equal` when every analyzer is, `noise` when every one is equal or noise,
-else `differs`. A relative difference is taken against the value itself, so an analyzer near
+else `differs`; `exact_features` then names the features fed by an analyzer that is not noise,
+which the value comparison takes exactly (replay/diff/tolerance.py). A relative difference is taken against the value itself, so an analyzer near
 0 by cancellation (the mean of centred data) is strict: its noise shows as `differs`, never the
 other way round.
 """
@@ -20,7 +21,7 @@ import math
 
 from replay.diff import tolerance
 
-__all__ = ["compare", "STATES", "VERDICTS"]
+__all__ = ["compare", "exact_features", "STATES", "VERDICTS"]
 
 STATES = ("equal", "noise", "differs")
 VERDICTS = ("noise", "differs", "offline_only", "production_only")
@@ -78,3 +79,19 @@ def compare(offline_analyze, production_analyze, records):
   else:  # an analyzer differs, or the fingerprints differ with no analyzer to show for it
     state = "differs"
   return {"state": state, "records": int(records), "analyzers": entries}
+
+
+def exact_features(compared, offline_analyze, production_analyze):
+  """The features to compare exactly under the noise default, for compare()'s result: those fed
+  by an analyzer that differs or that one run lacks (sorted). An analyzer whose entry names no
+  feature feeds none (the run metadata record every link, transforms/graph/analyze.feeds), so
+  it moves no value. None when the whole default must be exact: the analyze fingerprints differ
+  with no analyzer to show for it, or the run metadata record no links at all."""
+  if compared["state"] != "differs":
+    return ()
+  changed = [a for a in compared["analyzers"] if a["verdict"] != "noise"]
+  linked = any("features" in a for side in (offline_analyze, production_analyze)
+               for a in side.get("analyzers", {}).values())
+  if not changed or not linked:
+    return None
+  return tuple(sorted({f for a in changed for f in a["features"]}))

@@ -7,7 +7,9 @@ a record, tied to the stage it can first affect (docs/replay.md has the table):
   runner -> window (triggering / grouping) and analyze (floating sums, approximate quantiles);
     not against a production logger, which differs in runner by construction
   source.format -> raw, source.schema -> parse, source.num_shards -> analyze (when both
-    sides record them)
+    sides record them; a logger's form is not compared with a file format)
+  source.side_columns.aggregates -> window, source.side_columns.served -> serve (ingest of a
+    serving log with side columns, or a logger: its served features and given aggregates)
   versions.<library> -> each stage the library takes part in (VERSION_STAGES)
 Pure: it reads the two metadata documents replay/diff/runs.py loaded.
 """
@@ -82,10 +84,13 @@ def suspected_causes(offline, production):
   for field in sorted(set(ea) | set(eb)):
     _diff(out, ("window",), f"event_time.{field}", ea.get(field), eb.get(field))
   sa, sb = offline.get("source") or {}, production.get("source") or {}
-  # Recorded by the features job (a logger, or older metadata, records none): the source format;
-  # the ingest shard count, whose order TFT's float analyzers sum in; the schema's source.
+  # Recorded by the features job (older metadata record none): the source format; the ingest
+  # shard count, whose order TFT's float analyzers sum in; the schema's source. A logger's
+  # "format" is its form, not a file format read by a parser: it is not compared with one.
+  logger = run_metadata.LOGGER_FORMAT in (sa.get("format"), sb.get("format"))
   for field, stage in (("format", "raw"), ("num_shards", "analyze"), ("schema", "parse")):
-    if sa.get(field) is not None and sb.get(field) is not None:
+    if sa.get(field) is not None and sb.get(field) is not None and not (
+        field == "format" and logger):
       _diff(out, (stage,), f"source.{field}", sa[field], sb[field])
   side_a, side_b = sa.get("side_columns") or {}, sb.get("side_columns") or {}
   for role, stage in (("aggregates", "window"), ("served", "serve")):

@@ -11,8 +11,11 @@ A production logger has no ingest dataset: run with log_inputs, its log holds ea
 column's canonical text (input__C, spec/values.py: what the raw stage fingerprints), read from
 the log's parts of the differing buckets; the other side's values are then turned into the
 same canonical text, so the two compare by the raw stage's own rule (CSV `1.50` and JSON `1.5`
-agree). A side with neither shows null. Dates and times are shown as ISO-8601 text; values
-are never rounded here.
+agree). A side with neither (a logger run without log_inputs) or whose dataset cannot be read
+shows null, and every sample then gains
+  input_unknown  {side: "not logged" | "unreadable"}
+with no column in input_differs: an input that is not known is never a difference. Dates and
+times are shown as ISO-8601 text; values are never rounded here.
 
 When records first differ at raw or parse, `input_differences` counts, per input column, the
 records of the differing buckets whose values differ between the two datasets (joined by key,
@@ -194,6 +197,8 @@ def attach(report, input_dirs, tasks=(), num_buckets=1):
     return report
   a_rows, b_rows = _rows(off, keys), _rows(prod, keys)
   a_text, b_text = _rows(off_text, keys), _rows(prod_text, keys)
+  unknown = {s: "unreadable" if sides[s][2] else "not logged" for s, table in
+             zip(SIDES, (off, prod)) if table is None}
   for kind in kinds:
     for sample in report["samples"].get(kind, []):
       if sample["first_divergent_stage"] not in INPUT_STAGES:
@@ -201,6 +206,10 @@ def attach(report, input_dirs, tasks=(), num_buckets=1):
       key = sample["key"]
       a, b = a_rows.get(key, {}), b_rows.get(key, {})
       sample["input"] = {c: [_text(a.get(c)), _text(b.get(c))] for c in columns}
+      if unknown:  # one side's input is not known: nothing to compare it with
+        sample["input_unknown"] = dict(unknown)
+        sample["input_differs"] = []
+        continue
       at, bt = a_text.get(key, {}), b_text.get(key, {})
       sample["input_differs"] = [c for c in columns if (c in at) != (c in bt) or
                                  at.get(c) != bt.get(c)]

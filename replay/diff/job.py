@@ -301,11 +301,13 @@ def plan_diff(opts):
   stage = "analyze" if not analyze_match and ao.get("definition") == ap.get("definition") \
       else "transform"
   # The analyzers compared under float noise over the records analysed; the noise default of
-  # the value tolerance holds only while none differs beyond it (replay/diff/tolerance.py).
+  # the value tolerance holds for the features fed by none that differs beyond it
+  # (replay/diff/tolerance.py).
   analysed = max(int(m["log"]["rows"]) for m in metas.values())
   compared = analyzer_diff.compare(ao, ap, analysed)
   if tol.is_noise:
-    tol = tol.exact() if compared["state"] == "differs" else tol.with_noise(analysed)
+    exact = analyzer_diff.exact_features(compared, ao, ap)
+    tol = tol.exact() if exact is None else tol.with_noise(analysed).with_exact(exact)
   scope = opts.scope if opts.scope != "auto" else \
       ("production" if coverage_of(metas["production"])["kind"] == "partial" else "all")
   context = compare.Context(tolerance=tol, transform_stage=stage,

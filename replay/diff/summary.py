@@ -47,6 +47,9 @@ def noise_reasons(records, tolerance, analyzers, window_noise=None, values=True,
     n = default["noise"]
     why.append(f"transformed values within float noise |d| <= t(1 + |offline|), t = sqrt(N)*u "
                f"= {_fmt(n['float32'])} for float32 values (N = {n['records']})")
+  if "noise" in default and default["noise"].get("exact_features"):
+    why.append("features fed by an analyzer that differs are compared exactly: " +
+               ", ".join(default["noise"]["exact_features"]))
   elif values:
     why.append(f"transformed values within the given tolerance (abs {default['abs']}, "
                f"rel {default['rel']})")

@@ -14,8 +14,11 @@ number of records the runs analysed. Reordering a float sum of N terms moves it 
 sqrt(N) * u relative (rounding errors add like a random walk: Higham, Accuracy and Stability of
 Numerical Algorithms, 2nd ed., sections 2.8 and 4.2), which is what another shard count, bundle
 split or runner does to TFT's means and variances, and a float64 -> float32 cast moves a value
-by at most u. The diff applies the noise default only while every analyzer is equal or within
-the same tau (replay/diff/analyzers.py); when one differs beyond it, the default is exact (0, 0).
+by at most u. The noise default is tied per feature to the analyzers that feed it
+(replay/diff/analyzers.py): a feature fed by an analyzer that differs beyond tau, or that one
+run lacks, is compared exactly (0, 0) -- `exact_features` -- while the others keep the noise
+default. When the analyze fingerprints differ with no analyzer to show for it, or the run
+metadata record no analyzer-to-feature links, the whole default is exact.
 """
 import dataclasses
 import math
@@ -68,21 +71,25 @@ class Tolerance:
   """abs/rel per feature; `default` applies to every feature without its own entry.
 
   noise_records > 0: the default is the float noise tolerance of the value's dtype over that
-  many analysed records (noise_tau), not default_abs / default_rel.
+  many analysed records (noise_tau), not default_abs / default_rel, except for the
+  exact_features (fed by an analyzer that really changed), whose default is exact.
   """
   default_abs: float = 0.0
   default_rel: float = 0.0
   features: tuple = ()  # ((name, abs, rel), ...) sorted by name: hashable, picklable
   noise_records: int = 0
+  exact_features: tuple = ()  # sorted names: under the noise default, compared exactly
 
   def for_feature(self, name, bits=32):
     """(abs, rel) of feature `name`, whose values are `bits`-bit floats."""
     for n, a, r in self.features:
       if n == name:
         return a, r
-    if self.noise_records:
+    if self.noise_records and name not in self.exact_features:
       tau = noise_tau(bits, self.noise_records)
       return tau, tau
+    if self.noise_records:
+      return 0.0, 0.0
     return self.default_abs, self.default_rel
 
   @property
@@ -95,7 +102,12 @@ class Tolerance:
 
   def exact(self):
     """This tolerance with an exact default (per-feature entries kept)."""
-    return dataclasses.replace(self, noise_records=0, default_abs=0.0, default_rel=0.0)
+    return dataclasses.replace(self, noise_records=0, default_abs=0.0, default_rel=0.0,
+                               exact_features=())
+
+  def with_exact(self, names):
+    """This noise tolerance with the features `names` compared exactly by default."""
+    return dataclasses.replace(self, exact_features=tuple(sorted(set(names))))
 
   def to_dict(self):
     if self.noise_records:
@@ -103,7 +115,8 @@ class Tolerance:
                  "rel": noise_tau(32, self.noise_records),
                  "noise": {"records": self.noise_records,
                            "float32": noise_tau(32, self.noise_records),
-                           "float64": noise_tau(64, self.noise_records)}}
+                           "float64": noise_tau(64, self.noise_records),
+                           "exact_features": list(self.exact_features)}}
     else:
       default = {"abs": self.default_abs, "rel": self.default_rel}
     return {"default": default,

@@ -6,7 +6,7 @@ being resumed holds a log of this very logger. docs/logger.md, docs/formats.md.
 import os
 
 from replay.logger import files
-from transforms.spec import fingerprint, pii, run_metadata
+from transforms.spec import dataset, fingerprint, pii, run_metadata
 from transforms.spec.errors import UsageError
 
 __all__ = ["LogMetadata", "RUNNER", "DROPPED_BY_REASON", "LOST_BY_REASON"]
@@ -27,13 +27,20 @@ class LogMetadata:
 
   def __init__(self, log_dir, *, profile, transform_module, source, key_columns, columns,
                aggregates, analyze, num_buckets, event_time, transform_fn, pii_columns,
-               logged_inputs):
+               logged_inputs, served_features=()):
     self._log_dir, self._path = log_dir, os.path.join(log_dir, run_metadata.FILE)
+    # What the logger is given, recorded as ingest records a serving log's (the diff names
+    # them as causes the same way): its form, the served features (log(served=...), by feature)
+    # and the windowed aggregates (always the caller's: the online store's values).
+    given = {"format": run_metadata.LOGGER_FORMAT, "coverage": dataset.coverage_entry(),
+             "side_columns": dataset.side_entry(
+                 served={f: f for f in served_features},
+                 aggregates={a["name"]: a["name"] for a in aggregates})}
     self._fixed = dict(profile=profile, transform_module=transform_module, input_dir=source,
                        key_columns=key_columns, columns=columns, aggregates=aggregates,
                        runner=RUNNER, analyze=analyze, num_buckets=num_buckets,
                        versions_=run_metadata.versions(), event_time=event_time,
-                       transform_fn=transform_fn)
+                       transform_fn=transform_fn, source=given)
     self._pii, self._inputs = pii_columns, logged_inputs
 
   def document(self, content, dropped, buckets, parts, lost):

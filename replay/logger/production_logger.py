@@ -121,7 +121,8 @@ class ProductionLogger:
         key_columns=self._key_columns, columns=self._columns, aggregates=self._aggregates,
         analyze=analyze.analyze_fingerprints(transform_fn_dir), num_buckets=num_buckets,
         event_time=event, transform_fn=(transform_fn_dir, analyze.content_digest(transform_fn_dir)),
-        pii_columns=self._pii, logged_inputs=names if log_inputs else None)
+        pii_columns=self._pii, logged_inputs=names if log_inputs else None,
+        served_features=sorted(served_features))
     self._counts = {"logged": 0, "dropped": 0, "sampled_out": 0, "flushes": 0}
     self._health, self._lost_before = {"healthy": True, "last_error": None}, {}
     self._batches = None  # started once the log directory is open

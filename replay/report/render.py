@@ -316,10 +316,12 @@ def _record_row(x):
                f"{b} ({t[1]})" if t[1] is not None else b] if (t := tokens.get(f)) else [a, b]
            for f, (a, b, *_) in ((f, list(v) + [None, None])
                                  for f, v in x.get("features", {}).items())}
-  inputs = {c: x["input"][c] for c in x.get("input_differs", [])}
+  inputs = _pairs({c: x["input"][c] for c in x.get("input_differs", [])})
+  if x.get("input_unknown"):  # an input not known is no difference: say why none is shown
+    inputs = "; ".join(f"{side} input {why}" for side, why in sorted(x["input_unknown"].items()))
   when = "; ".join(p for p in (_pairs(x.get("when", {}), _utc),
                                 _pairs(x.get("aggregates", {}))) if p)
-  return [x.get("key"), x.get("first_divergent_stage"), _pairs(feats), when, _pairs(inputs)]
+  return [x.get("key"), x.get("first_divergent_stage"), _pairs(feats), when, inputs]
 
 
 def _samples(report):
@@ -351,6 +353,9 @@ def _footer(report):
   text = (f"tolerance: float noise sqrt(N)*u, N = {noise.get('records')} (float32 "
           f"{_num(noise.get('float32'))}, float64 {_num(noise.get('float64'))})" if noise else
           f"tolerance: abs {_num(default.get('abs'))}, rel {_num(default.get('rel'))}")
+  if noise and noise.get("exact_features"):
+    text += ("; exact for the features an analyzer that differs feeds: " +
+             ", ".join(noise["exact_features"]))
   text = (text
           + "".join(f"; {f}: abs {_num(t.get('abs'))}, rel {_num(t.get('rel'))}"
                     for f, t in sorted(per.items())))

@@ -56,14 +56,15 @@ def _to_number(x, dtype):
   return tf.cast(x, dtype)
 
 
-def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT):
-  """TFT's taxi features plus a z-scored windowed aggregate."""
+def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT, vocab_size=_VOCAB_SIZE):
+  """TFT's taxi features plus a z-scored windowed aggregate (bucket_count buckets per
+  coordinate, the vocab_size most frequent values of each vocabulary)."""
   outputs = {}
   for key in _DENSE_FLOAT_FEATURE_KEYS:
     outputs[key + "_z"] = tft.scale_to_z_score(_to_number(inputs[key], tf.float32))
   for key in _VOCAB_FEATURE_KEYS:
     outputs[key + "_id"] = tft.compute_and_apply_vocabulary(
-        _fill_in_missing(inputs[key]), top_k=_VOCAB_SIZE, num_oov_buckets=_OOV_SIZE,
+        _fill_in_missing(inputs[key]), top_k=vocab_size, num_oov_buckets=_OOV_SIZE,
         vocab_filename=key)
   for key in _BUCKET_FEATURE_KEYS:
     outputs[key + "_bucket"] = tft.bucketize(

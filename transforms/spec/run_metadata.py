@@ -24,6 +24,8 @@ FILE = "run_metadata.json"
 # The runner a production logger records (replay.logger): it applies the spec's stage rules and
 # a written transform_fn in process, so the runner is no cause against it.
 LOGGER_RUNNER = "ProductionLogger"
+# source.format of a production logger's log: it is given typed records in process, no file.
+LOGGER_FORMAT = "logger"
 # log.LOST_BY_REASON: {reason: records} a production logger accepted and never wrote (a full
 # queue, a write the file system refused); absent when none. The diff reports it per side.
 LOST_BY_REASON = "lost_by_reason"
