@@ -160,7 +160,12 @@ def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
   assert part.records["not_served"] == 0 and part.records["offline_only"] == unseen
 
 
-def test_ingest_records_partial_coverage(shapes, tmp_path):
+def test_ingest_records_partial_coverage(shapes, taxi_features, tmp_path):
+  """A 10% sample of the serving log, ingested with its sampling rate and without the online
+  store's aggregates: its windows are counted over the sample, so the records whose window
+  count moved part at window; the diff names the coverage as the cause there, for exactly
+  those records, and says what to log (not "not explained by configuration")."""
+  from replay.diff import job as diff
   path, _ = shapes["jsonl"]
   with open(path, encoding="utf-8") as f:
     lines = f.readlines()
@@ -171,6 +176,24 @@ def test_ingest_records_partial_coverage(shapes, tmp_path):
   manifest = _manifest(data)
   assert manifest["coverage"] == {"kind": "partial", "sampling_rate": 0.1}
   assert manifest["rows"]["read"] == len(lines[::10])
+  prod = features(data, tmp_path / "f")
+  off, pro = _feature_log(taxi_features["direct"]), _feature_log(prod)
+  joined = off.join(pro, "key", right_suffix=".p")
+  at_window = int(np.count_nonzero(
+      (joined.column("fp_window").to_numpy() != joined.column("fp_window.p").to_numpy()) &
+      (joined.column("fp_raw").to_numpy() == joined.column("fp_raw.p").to_numpy())))
+  assert 0 < at_window
+  diff.run(["--offline", taxi_features["direct"], "--production", prod,
+            "--output_dir", str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  assert report["first_divergent_stage"]["window"] == at_window
+  cause = [c for c in report["suspected_causes"] if c["field"] == "coverage"]
+  assert len(cause) == 1 and cause[0]["stage"] == "window"
+  assert cause[0]["records"] == at_window
+  assert cause[0]["production"] == {"kind": "partial", "sampling_rate": 0.1}
+  assert "--logged_aggregates" in cause[0]["note"] and "sampling rate 0.1" in cause[0]["note"]
+  assert not [u for u in report["unexplained"] if u["stage"] == "window"]
 
 
 def _examples(names, records, types):

@@ -10,10 +10,13 @@ a record, tied to the stage it can first affect (docs/replay.md has the table):
     sides record them; a logger's form is not compared with a file format)
   source.side_columns.aggregates -> window, source.side_columns.served -> serve (ingest of a
     serving log with side columns, or a logger: its served features and given aggregates)
+  coverage -> window, when a side covers part of the traffic and counts its windowed
+    aggregates itself (none logged beside the records), with a note saying what to log
   versions.<library> -> each stage the library takes part in (VERSION_STAGES)
 Pure: it reads the two metadata documents replay/diff/runs.py loaded.
 """
 from transforms.spec import run_metadata
+from transforms.spec.dataset import coverage_of
 from transforms.spec.stages import STAGES
 
 __all__ = ["VERSION_STAGES", "suspected_causes"]
@@ -49,6 +52,29 @@ def _analyzer_value(entry):
   if entry is None:
     return None
   return entry["values"] if "values" in entry else entry.get("fingerprint")
+
+
+PARTIAL_WINDOWS = ("{side} covers part of the traffic{rate} and logs no windowed aggregates "
+                   "({names}): its windows are counted over what it holds; log the online "
+                   "store's values with --logged_aggregates (ingest) or give them to the logger")
+
+
+def _partial_windows(out, offline, production):
+  """A side that holds part of the traffic (coverage partial) and whose windowed aggregates
+  the job counted itself (not logged beside the records) counts its windows over its sample:
+  a cause at window, with what to log."""
+  for side, meta in (("offline", offline), ("production", production)):
+    coverage = coverage_of(meta)
+    names = [a["name"] for a in meta["schema"].get("aggregates") or [] if isinstance(a, dict)]
+    logged = set(((meta.get("source") or {}).get("side_columns") or {}).get("aggregates", {})
+                 .values())
+    counted = [n for n in names if n not in logged]
+    if coverage["kind"] == "partial" and counted:
+      rate = coverage["sampling_rate"]
+      out.append({"stage": "window", "field": "coverage", "offline": coverage_of(offline),
+                  "production": coverage_of(production), "note": PARTIAL_WINDOWS.format(
+                      side=side, names=", ".join(counted),
+                      rate=f" (sampling rate {rate:g})" if rate is not None else "")})
 
 
 def suspected_causes(offline, production):
@@ -96,6 +122,7 @@ def suspected_causes(offline, production):
   for role, stage in (("aggregates", "window"), ("served", "serve")):
     _diff(out, (stage,), f"source.side_columns.{role}", side_a.get(role) or {},
           side_b.get(role) or {})
+  _partial_windows(out, offline, production)
   va, vb = offline["versions"], production["versions"]
   for lib in sorted(set(va) | set(vb)):
     _diff(out, VERSION_STAGES.get(lib, STAGES), f"versions.{lib}", va.get(lib), vb.get(lib))

@@ -129,7 +129,8 @@ def render_text(report):
     a, b = (_plain(_short(_value(c.get(s)), CAUSE_VALUE_CHARS[0]))
             for s in ("offline", "production"))
     out.append(f"  {c.get('stage', '?'):<10} {_plain(c.get('field', '?'))}: {a} -> {b} "
-               f"({c.get('records', 0)} records)")
+               f"({c.get('records', 0)} records)" +
+               (f": {_plain(c['note'])}" if c.get("note") else ""))
   if len(causes) > TOP_CAUSES:
     out.append(f"  ... {len(causes) - TOP_CAUSES} more in the report")
   buckets = report.get("buckets")
@@ -272,7 +273,7 @@ def _causes(report):
     return "<p class=\"note\">none: run metadata agree on every profile field, version, " \
            "runner and analyzer</p>\n"
   return _table(["stage", "field", "offline", "production", "records"],
-                [[c.get("stage"), c.get("field"),
+                [[c.get("stage"), c.get("field") + (f": {c['note']}" if c.get("note") else ""),
                   _short(_value(c.get("offline")), CAUSE_VALUE_CHARS[1]),
                   _short(_value(c.get("production")), CAUSE_VALUE_CHARS[1]),
                   c.get("records", 0)] for c in causes], "causes")

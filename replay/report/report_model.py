@@ -98,6 +98,13 @@ class Cause(_Part):
   offline: object
   production: object
   records: int
+  note: str = ""  # what the difference does and what to do, where the values alone do not say
+
+  def to_dict(self):  # "note" only where there is one
+    out = dataclasses.asdict(self)
+    if not out["note"]:
+      del out["note"]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
