@@ -19,7 +19,11 @@ times are shown as ISO-8601 text; values are never rounded here.
 
 When records first differ at raw or parse, `input_differences` counts, per input column, the
 records of the differing buckets whose values differ between the two datasets (joined by key,
-each side's dataset read once, vectorised): which column a raw-stage divergence is about. A
+each side's dataset read once, vectorised): which column a raw-stage divergence is about. The
+same join decides the `source.format` cause (csv vs jsonl, say): the canonical value model reads
+every format alike, so a format explains only records whose input differs where two formats'
+value models can (empty text against null, floats equal once rounded to float32); the cause
+counts those records, and is dropped when there are none. A
 dataset that cannot be read leaves its side without evidence and says why in
 `evidence_errors`; the verdict, which rests on the logs, stands.
 """
@@ -133,6 +137,50 @@ def column_differences(off, off_cols, prod, prod_cols):
           "columns": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))}
 
 
+def _is_text(t):
+  return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or
+          pa.types.is_large_binary(t))
+
+
+def format_explained(off, off_cols, prod, prod_cols):
+  """How many records (joined by key) differ in their input only where two source formats'
+  value models can make the same value differ: empty text on one side and null on the other (a
+  CSV reads an empty cell as null, JSON keeps ""), or floats equal once rounded to float32 (a
+  float32 column against decimal text). A record with any other input difference is not
+  counted: a format does not explain it."""
+  off = off.rename_columns([KEY] + [f"o.{c}" for c in off_cols])
+  prod = prod.rename_columns([KEY] + [f"p.{c}" for c in prod_cols])
+  joined = off.join(prod, KEY, join_type="inner").combine_chunks()
+  n = joined.num_rows
+  explained, other = pa.array([False] * n), pa.array([False] * n)
+  for c in [c for c in off_cols if c in prod_cols]:
+    a, b = joined.column(f"o.{c}"), joined.column(f"p.{c}")
+    differs = _differ(a, b)
+    by_format = pa.array([False] * n)
+    if _is_text(a.type) and _is_text(b.type):
+      a_empty, b_empty = (pc.fill_null(pc.equal(pc.binary_length(x), 0), False) for x in (a, b))
+      by_format = pc.or_(pc.and_(pc.is_null(a), b_empty), pc.and_(pc.is_null(b), a_empty))
+    elif pa.types.is_floating(a.type) and pa.types.is_floating(b.type):
+      by_format = pc.fill_null(pc.equal(pc.cast(a, pa.float32(), safe=False),
+                                        pc.cast(b, pa.float32(), safe=False)), False)
+    explained = pc.or_(explained, pc.and_(differs, by_format))
+    other = pc.or_(other, pc.and_(differs, pc.invert(by_format)))
+  return int(pc.sum(pc.and_(explained, pc.invert(other))).as_py() or 0)
+
+
+def _format_cause(report, explained):
+  """The source.format cause counts only the records a format can explain (format_explained);
+  with none, it is not a cause."""
+  causes = []
+  for c in report.get("suspected_causes", []):
+    if c["field"] == "source.format":
+      if not explained:
+        continue
+      c = dict(c, records=explained)
+    causes.append(c)
+  report["suspected_causes"] = causes
+
+
 def _rows(table, keys):
   """{key: {column: value}} of the records of `table` with those keys."""
   if table is None or not keys:
@@ -171,6 +219,7 @@ def attach(report, input_dirs, tasks=(), num_buckets=1):
   verdict, which rests on the logs, stands)."""
   firsts = report.get("first_divergent_stage", {})
   if not tasks or not any(firsts.get(s) for s in INPUT_STAGES):
+    _format_cause(report, 0)  # no input differs: a format explains nothing
     return report
   # A PII column (HMAC hex in a log) is left out on both sides: an HMAC is not a value.
   hidden = {c for s in SIDES for c in input_dirs.get(s, (None, ()))[1]}
@@ -189,6 +238,7 @@ def attach(report, input_dirs, tasks=(), num_buckets=1):
   off_text, prod_text = (None if t is None else _as_text(t) for t in (off, prod))
   if off is not None and prod is not None:
     report["input_differences"] = column_differences(off_text, off_cols, prod_text, prod_cols)
+    _format_cause(report, format_explained(off, off_cols, prod, prod_cols))
   kinds = ("divergent", "latent")
   keys = {s["key"] for k in kinds for s in report["samples"].get(k, [])
           if s["first_divergent_stage"] in INPUT_STAGES}
