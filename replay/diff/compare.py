@@ -39,6 +39,7 @@ SIDES = ("offline", "production")
 COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "identical",
             "noise", "latent", "divergent", "duplicate_keys_offline",
             "duplicate_keys_production", "not_served")
+INPUT_FIRST = ("raw", "parse")  # a record first differing here differs in its input
 CLASSES = ("identical", "noise", "latent", "divergent")  # each matched record is one
 SAMPLE_KINDS = ("divergent", "latent", "offline_only", "production_only", "duplicate_keys")
 # A record sample's evidence of when: its event time and window bounds on each side.
@@ -81,6 +82,12 @@ class Partial:
   # records in all (an aggregate of two can differ in one record)
   window_noise: dict = dataclasses.field(default_factory=dict)
   window_noise_records: int = 0
+  # The window intervals (start, end) that matched records whose event time moved (first
+  # differing at raw or parse) left or entered, and the records first differing at window per
+  # offline window interval: summary links the two (moved records change their windows' counts).
+  moved_records: int = 0
+  moved_windows: frozenset = frozenset()
+  window_first: dict = dataclasses.field(default_factory=dict)
 
 
 def empty(samples_cap=10):
@@ -134,7 +141,16 @@ def merge(a, b):
                   for s in SIDES},
       window_noise={n: _merge_window_noise(a.window_noise.get(n), b.window_noise.get(n))
                     for n in sorted(set(a.window_noise) | set(b.window_noise))},
-      window_noise_records=a.window_noise_records + b.window_noise_records)
+      window_noise_records=a.window_noise_records + b.window_noise_records,
+      moved_records=a.moved_records + b.moved_records,
+      moved_windows=a.moved_windows | b.moved_windows,
+      window_first=_add_counts(a.window_first, b.window_first))
+
+
+def moved_into_windows(partial):
+  """The records first differing at window whose window a record whose event time moved left or
+  entered (the merged Partial's moved_windows and window_first)."""
+  return sum(n for w, n in partial.window_first.items() if w in partial.moved_windows)
 
 
 def feature_kind(typ):
@@ -221,6 +237,30 @@ def compare_bucket(offline, production, context=Context()):
   _compare_matched(part, off.filter(pa.array(matched)),
                    prod.take(pa.array(j[matched], pa.int64())), context)
   return part
+
+
+def _moved_windows(part, o, p, first):
+  """Partial.moved_records / moved_windows / window_first of matched rows o, p (first: each
+  row's first divergent stage)."""
+  names = (EVENT_TIME, WINDOW_START, WINDOW_END)
+  if not all(c in t.schema.names for t in (o, p) for c in names):
+    return
+  col = {(s, c): t.column(c).combine_chunks() for s, t in (("o", o), ("p", p)) for c in names}
+  moved = np.isin(first, INPUT_FIRST) & pc.fill_null(pc.not_equal(
+      col["o", EVENT_TIME], col["p", EVENT_TIME]), True).to_numpy(zero_copy_only=False)
+  part.moved_records = int(np.count_nonzero(moved))
+
+  def intervals(side, mask):  # the rows' (start, end) pairs, grouped: one Python value each
+    rows = pa.table({"s": col[side, WINDOW_START].filter(mask),
+                     "e": col[side, WINDOW_END].filter(mask)})
+    return rows.group_by(["s", "e"]).aggregate([([], "count_all")])
+  left, entered = intervals("o", pa.array(moved)), intervals("p", pa.array(moved))
+  part.moved_windows = frozenset(
+      (s, e) for t in (left, entered)
+      for s, e in zip(t.column("s").to_pylist(), t.column("e").to_pylist()) if s is not None)
+  counts = intervals("o", pa.array(first == WINDOW.name))
+  part.window_first = {(s, e): n for s, e, n in zip(*(counts.column(c).to_pylist() for c in (
+      "s", "e", "count_all"))) if s is not None}
 
 
 def _one_side(part, side, keys, reasons, mask, cap):
@@ -311,6 +351,7 @@ def _compare_matched(part, o, p, context):
   first[t_bad] = context.transform_stage
   first[s_bad & ~t_bad] = SERVE.name
   first[any_early] = np.array(RECORD_STAGES, dtype=object)[early[any_early].argmax(axis=1)]
+  _moved_windows(part, o, p, first)
   for stage in RECORD_STAGES + (context.transform_stage, SERVE.name):
     at = first == stage
     part.first_stage[stage] += int(np.count_nonzero(at))

@@ -5,7 +5,12 @@ noise records are noise. The shape it fills is replay/report/report_model.py's.
 from replay.diff import compare, drift
 from replay.report.report_model import (UNEXPLAINED, Buckets, Cause, FeatureSummary, Records,
                                         Report, divergent_fraction)
-from transforms.spec.stages import STAGES
+from transforms.spec.stages import STAGES, WINDOW
+
+# The cause at window of records whose window a record whose event time moved left or entered.
+MOVED_FIELD = "moved_event_times"
+MOVED_NOTE = ("{n} records' event times moved (they part at raw: the event time column) into or "
+              "out of these records' windows, changing their windowed aggregates")
 
 __all__ = ["build_report", "noise_reasons"]
 
@@ -109,8 +114,19 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
   samples = {k: [_with_tokens(e[2], vocab) if k in ("divergent", "latent") else e[2]
                  for e in partial.samples[k]] for k in compare.SAMPLE_KINDS}
   analyzers = analyzers or {"state": "equal", "records": 0, "analyzers": []}
+  linked = compare.moved_into_windows(partial) if firsts[WINDOW.name] else 0
   explained = {c["stage"] for c in causes}
   tol = tolerance.to_dict()
+  found = [Cause(records=firsts[c["stage"]] + sum(
+      partial.one_side[s].get(c["stage"], 0) for s in compare.SIDES), **c) for c in causes]
+  if linked:  # window neighbours of records whose event time moved: tied to those records
+    found.append(Cause(stage=WINDOW.name, field=MOVED_FIELD, offline=None, production=None,
+                       records=linked, note=MOVED_NOTE.format(n=partial.moved_records)))
+    found.sort(key=lambda c: (STAGES.index(c.stage), c.field))
+  unexplained = {s: firsts[s] for s in STAGES if firsts[s] and s not in explained}
+  if WINDOW.name in unexplained:  # what the moved records do not explain stays unexplained
+    unexplained[WINDOW.name] -= linked
+  unexplained = {s: n for s, n in unexplained.items() if n}
   return Report(
       offline=offline, production=production, tolerance=tol,
       max_divergent_fraction=float(max_divergent_fraction),
@@ -122,13 +138,12 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
       stages={s: {"match": int(partial.stages[s][0]), "mismatch": int(partial.stages[s][1])}
               for s in STAGES},
       features={n: FeatureSummary.from_totals(f) for n, f in partial.features.items()},
-      suspected_causes=tuple(Cause(records=firsts[c["stage"]] + sum(
-          partial.one_side[s].get(c["stage"], 0) for s in compare.SIDES), **c) for c in causes),
+      suspected_causes=tuple(found),
       drift=drifts,
       buckets=Buckets(total=buckets_total, compared=partial.buckets,
                       skipped_equal=buckets_total - partial.buckets),
       samples=samples, exit_code=int(fraction > max_divergent_fraction), scope=scope,
       fail_on=fail_on, analyzers=analyzers,
       noise=_noise(partial, tol, analyzers),
-      unexplained=tuple({"stage": s, "records": firsts[s], "note": UNEXPLAINED}
-                        for s in STAGES if firsts[s] and s not in explained))
+      unexplained=tuple({"stage": s, "records": n, "note": UNEXPLAINED}
+                        for s, n in unexplained.items()))
