@@ -9,8 +9,7 @@ from transforms.spec.stages import STAGES, WINDOW
 
 # The cause at window of records whose window a record whose event time moved left or entered.
 MOVED_FIELD = "moved_event_times"
-MOVED_NOTE = ("{n} records' event times moved (they part at raw: the event time column) into or "
-              "out of these records' windows, changing their windowed aggregates")
+MOVED_NOTE = "{n} records' event times moved (they part at raw) into or out of these windows"
 
 __all__ = ["build_report", "noise_reasons"]
 

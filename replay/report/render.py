@@ -128,7 +128,8 @@ def render_text(report):
   for c in causes[:TOP_CAUSES]:
     a, b = (_plain(_short(_value(c.get(s)), CAUSE_VALUE_CHARS[0]))
             for s in ("offline", "production"))
-    out.append(f"  {c.get('stage', '?'):<10} {_plain(c.get('field', '?'))}: {a} -> {b} "
+    values = f" {a} -> {b}" if not _values_say_nothing(c) else ""
+    out.append(f"  {c.get('stage', '?'):<10} {_plain(c.get('field', '?'))}:{values} "
                f"({c.get('records', 0)} records)" +
                (f": {_plain(c['note'])}" if c.get("note") else ""))
   if len(causes) > TOP_CAUSES:
@@ -207,18 +208,18 @@ def _what_differs(report):
   (the causes, or that no configuration explains it), the noise and why, one worked example."""
   firsts, reach = report.get("first_divergent_stage", {}), report.get("reaches_model", {})
   causes = report.get("suspected_causes", [])
-  unexplained = {u.get("stage") for u in report.get("unexplained", [])}
+  unexplained = {u.get("stage"): u.get("records", 0) for u in report.get("unexplained", [])}
   items = []
   for s in STAGES:
     n = int(firsts.get(s, 0) or 0)
     if not n:
       continue
     m = int(reach.get(s, 0) or 0)
-    why = [f"{c.get('field')} {_short(_value(c.get('offline')), 40)} → "
-           f"{_short(_value(c.get('production')), 40)}" for c in causes if c.get("stage") == s]
-    because = (UNEXPLAINED_HTML if s in unexplained else
-               "suspected: " + "; ".join(why[:3]) + (f" (+{len(why) - 3} more)"
-                                                      if len(why) > 3 else ""))
+    why = [_cause_line(c, 40) for c in causes if c.get("stage") == s]
+    because = ("suspected: " + "; ".join(why[:3]) + (f" (+{len(why) - 3} more)"
+                                                     if len(why) > 3 else "")) if why else ""
+    if s in unexplained:  # all of them, or those the causes do not reach
+      because += (f"; {unexplained[s]} of them {UNEXPLAINED_HTML}" if why else UNEXPLAINED_HTML)
     columns = report.get("input_differences", {}).get("columns", {})
     inputs = ("; input columns that differ: " + ", ".join(
         f"{c} ({k} records)" for c, k in list(columns.items())[:8])
@@ -267,6 +268,19 @@ def _what_differs(report):
 UNEXPLAINED_HTML = "not explained by configuration: a data or code difference (see the samples)"
 
 
+def _values_say_nothing(cause):
+  """A cause found in the data, not in the metadata (moved_event_times): no values, a note."""
+  return cause.get("offline") is None and cause.get("production") is None and cause.get("note")
+
+
+def _cause_line(cause, chars):
+  """'field offline → production', or 'field: note' for a cause its values say nothing of."""
+  if _values_say_nothing(cause):
+    return f"{cause.get('field')}: {_short(cause['note'], 3 * chars)}"
+  return (f"{cause.get('field')} {_short(_value(cause.get('offline')), chars)} → "
+          f"{_short(_value(cause.get('production')), chars)}")
+
+
 def _causes(report):
   causes = report.get("suspected_causes", [])
   if not causes:
@@ -274,7 +288,9 @@ def _causes(report):
            "runner and analyzer</p>\n"
   return _table(["stage", "field", "offline", "production", "records"],
                 [[c.get("stage"), c.get("field") + (f": {c['note']}" if c.get("note") else ""),
+                  "–" if _values_say_nothing(c) else
                   _short(_value(c.get("offline")), CAUSE_VALUE_CHARS[1]),
+                  "–" if _values_say_nothing(c) else
                   _short(_value(c.get("production")), CAUSE_VALUE_CHARS[1]),
                   c.get("records", 0)] for c in causes], "causes")
 
