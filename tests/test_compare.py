@@ -425,6 +425,28 @@ def test_each_metadata_difference_names_the_stage_it_can_affect():
   assert causes(input__dir="/b") == set()  # where a log lives is no cause
 
 
+def test_a_source_format_cause_counts_only_what_a_format_can_explain():
+  """evidence.format_explained over typed input (joined by key): null against "" and floats
+  equal in float32 are a format's doing; x10 is not, and a record with both counts as not. The
+  cause takes that count, and is dropped when it is 0."""
+  from replay.diff import evidence
+  keys = pa.array(["a", "b", "c", "d"], pa.large_string())
+  off = pa.table({"key": keys, "s": pa.array([None, "x", None, "y"]),
+                  "f": pa.array([1.0, 0.1, 3.0, 4.0])})
+  prod = pa.table({"key": keys, "s": pa.array(["", "x", "", "y"]),
+                   "f": pa.array([1.0, float(np.float32(0.1)), 30.0, 4.0])})
+  assert evidence.format_explained(off, ["s", "f"], prod, ["s", "f"]) == 2  # a and b; not c
+  cause = {"stage": "raw", "field": "source.format", "offline": "csv", "production": "jsonl",
+           "records": 9}
+  other = {"stage": "raw", "field": "input.content_digest", "offline": 1, "production": 2,
+           "records": 9}
+  report = {"suspected_causes": [dict(cause), dict(other)]}
+  evidence._format_cause(report, 2)
+  assert report["suspected_causes"] == [dict(cause, records=2), other]
+  evidence._format_cause(report, 0)
+  assert report["suspected_causes"] == [other]
+
+
 def test_causes_are_sorted_by_stage_then_field():
   found = suspected_causes(meta(), meta(transform_module="m2", runner="X",
                                                  profile__sharding__num_shards=8))

@@ -274,9 +274,10 @@ def _values_say_nothing(cause):
 
 
 def _cause_line(cause, chars):
-  """'field offline → production', or 'field: note' for a cause its values say nothing of."""
-  if _values_say_nothing(cause):
-    return f"{cause.get('field')}: {_short(cause['note'], 3 * chars)}"
+  """'field offline → production', or 'field: note' for a cause with a note (what it does and
+  what to do say more than its values; the table shows both)."""
+  if cause.get("note"):
+    return f"{cause.get('field')}: {_short(cause['note'], 10 * chars)}"
   return (f"{cause.get('field')} {_short(_value(cause.get('offline')), chars)} → "
           f"{_short(_value(cause.get('production')), chars)}")
 
