@@ -329,11 +329,18 @@ def plan_ingest(opts):
 
 
 def _hint(names, source):
-  """What a one-column CSV header split by another delimiter suggests, else ""."""
+  """What the columns found suggest: a one-column CSV header split by another delimiter; else
+  the columns themselves (at most 12), and the preset whose request-log shape they have when
+  none was given."""
   other = csv_records.other_delimiter(names, source.delimiter) if source.format == "csv" \
       else None
-  return (f" (the header is one column, {names[0][:60]!r}: is the delimiter {other!r}? "
-          f"pass --delimiter {'tab' if other == chr(9) else repr(other)})") if other else ""
+  if other:
+    return (f" (the header is one column, {names[0][:60]!r}: is the delimiter {other!r}? "
+            f"pass --delimiter {'tab' if other == chr(9) else repr(other)})")
+  shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+  preset = sources.preset_of_columns(names) if not source.preset else None
+  return f" (its columns: {shown})" + (
+      f"; the records look like a {preset} request log: pass --preset {preset}" if preset else "")
 
 
 def _column_names(paths, source):

@@ -141,6 +141,26 @@ def test_jsonl_production_diffs_clean_and_a_key_sample_is_not_served(shapes, tax
   assert report["scope"] == "all" and report["records"]["not_served"] == 0
 
 
+@pytest.mark.parametrize("shape,preset", [("vertex", "vertex"),
+                                          ("sagemaker_json", "sagemaker")])
+def test_a_request_log_read_without_its_preset_is_named(shapes, tmp_path, shape, preset):
+  """A Vertex or Data Capture log ingested without --preset: one line listing the columns
+  found and naming the preset their shape is; nothing written."""
+  from pipelines import common
+  from pipelines import ingest as job
+  path, _ = shapes[shape]
+  with open(path, encoding="utf-8") as f:
+    found = sorted(json.loads(f.readline()))  # the first line's top-level fields
+  with pytest.raises(common.UsageError) as e:
+    job.run(["--input", path, "--output_dir", str(tmp_path / "out"), "--key_columns",
+             "trip_id"])
+  message = str(e.value)
+  assert "\n" not in message and "--key_columns not in the input's columns: trip_id" in message
+  assert all(name in message for name in found)
+  assert message.endswith(f"request log: pass --preset {preset}")
+  assert not os.path.exists(tmp_path / "out")
+
+
 def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
   from replay.diff import compare
   from transforms.spec.feature_log import DROPPED_STAGE, KEY

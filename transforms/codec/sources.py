@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from transforms.codec import csv_records
 from transforms.codec.csv_records import FILE_COLUMN, LINE_COLUMN, RAW_COLUMN
 
-__all__ = ["FORMATS", "PRESETS", "PRESET_FORMATS", "TF_SERVING", "SourceOptions", "SourceError",
-           "infer_format", "column_names", "iter_batches", "finish", "render_json", "empty_batch"]
+__all__ = ["FORMATS", "PRESETS", "PRESET_FORMATS", "PRESET_FIELDS", "TF_SERVING", "SourceOptions",
+           "SourceError", "preset_of_columns", "infer_format", "column_names", "iter_batches", "finish", "render_json", "empty_batch"]
 
 FORMATS = ("csv", "jsonl", "parquet", "tfrecord")
 # Request-logging shapes: SageMaker Data Capture and Vertex AI exports (JSON Lines,
@@ -33,6 +33,16 @@ FORMATS = ("csv", "jsonl", "parquet", "tfrecord")
 TF_SERVING = "tf_serving"
 PRESET_FORMATS = {"vertex": "jsonl", "sagemaker": "jsonl", TF_SERVING: "tfrecord"}
 PRESETS = tuple(PRESET_FORMATS)
+# The top-level fields that show a JSON Lines record is a request log, not a record: a Vertex AI
+# request-response logging row (BigQuery export) and a SageMaker Data Capture line.
+PRESET_FIELDS = {"vertex": ("request_payload", "deployed_model_id"),
+                 "sagemaker": ("captureData", "eventMetadata")}
+
+
+def preset_of_columns(names):
+  """The preset whose request-log shape `names` (a record's top-level fields) have, or None."""
+  found = set(names)
+  return next((p for p, fields in PRESET_FIELDS.items() if found.issuperset(fields)), None)
 _EXTENSIONS = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
                ".parquet": "parquet", ".pq": "parquet", ".tfrecord": "tfrecord",
                ".tfrecords": "tfrecord"}
