@@ -136,12 +136,14 @@ class IngestOptions(PipelineOptions):
       name, _, path = item.partition("=")
       if not name.strip() or not path.strip():
         raise common.UsageError(f"--envelope wants NAME=dotted.path items, got {item!r}")
-    try:
+    try:  # envelope columns are the log's context: beside the record, never transformed
       side = side_entry(_pairs(flags.served, "--served", "COLUMN=FEATURE"),
                         _pairs(flags.logged_aggregates, "--logged_aggregates",
-                               "COLUMN=AGGREGATE"))
+                               "COLUMN=AGGREGATE"),
+                        {n.strip(): p.strip() for n, _, p in
+                         (item.partition("=") for item in _items(flags.envelope))})
     except ValueError as e:
-      raise common.UsageError(f"--served/--logged_aggregates: {e}") from None
+      raise common.UsageError(f"--served/--logged_aggregates/--envelope: {e}") from None
     return formats, coverage, side
 
 

@@ -161,6 +161,30 @@ def test_a_request_log_read_without_its_preset_is_named(shapes, tmp_path, shape,
   assert not os.path.exists(tmp_path / "out")
 
 
+def test_envelope_columns_are_context_kept_and_never_transformed(shapes, taxi_runs,
+                                                                  taxi_features, tmp_path):
+  """docs/formats.md's Vertex example, --envelope request_id=request_id,logged=logging_time:
+  the envelope columns are kept in the dataset as context, outside the record's fingerprints,
+  and the log replays with the offline run's transform_fn: 0 divergent."""
+  from replay.diff import job as diff
+  path, flags = shapes["vertex"]
+  data = ingest(tmp_path / "d", "--num_shards", "4", "--schema", TAXI_SCHEMA, *flags,
+                "--envelope", "request_id=request_id,logged=logging_time", inputs=path)
+  manifest = _manifest(data)
+  assert manifest["side_columns"]["context"] == {"logged": "logging_time",
+                                                 "request_id": "request_id"}
+  assert {"logged", "request_id"} <= set(pq.read_schema(glob.glob(os.path.join(
+      data, "parquet", "*.parquet"))[0]).names)
+  assert manifest["content_digest"] == _manifest(taxi_runs["direct"])["content_digest"]
+  prod = features(data, tmp_path / "f", "--transform_fn_dir",
+                  os.path.join(taxi_features["direct"], "transform_fn"))
+  code = diff.run(["--offline", taxi_features["direct"], "--production", prod,
+                   "--output_dir", str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  assert code == 0 and report["records"]["divergent"] == 0 == report["records"]["latent"]
+
+
 def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
   from replay.diff import compare
   from transforms.spec.feature_log import DROPPED_STAGE, KEY

@@ -59,17 +59,23 @@ def coverage_of(doc):
 # but outside it: no raw or parse fingerprint, content key or content digest covers them, so the
 # same records with and without them compare equal. pipelines.features reads them: served
 # values become the `serve` stage, logged aggregates replace the window stage's own counts.
+# "context" ({column: the request-log field it came from}, ingest --envelope): the log's context
+# (a request id, a logging time), kept in the dataset and never fed to the transform.
 SIDE_ROLES = ("served", "aggregates")
 
 
-def side_entry(served=None, aggregates=None):
-  """The side-column record: {"served": {column: feature}, "aggregates": {column: aggregate}};
-  ValueError when a column has two roles or two columns name one feature or aggregate."""
+def side_entry(served=None, aggregates=None, context=None):
+  """The side-column record: {"served": {column: feature}, "aggregates": {column: aggregate}}
+  and, when there is any, "context": {column: field}; ValueError when a column has two roles or
+  two columns name one feature or aggregate."""
   out = {"served": dict(sorted((served or {}).items())),
          "aggregates": dict(sorted((aggregates or {}).items()))}
-  both = sorted(set(out["served"]) & set(out["aggregates"]))
-  if both:
-    raise ValueError(f"column(s) {', '.join(both)} both served and a logged aggregate")
+  if context:
+    out["context"] = dict(sorted(context.items()))
+  for a, b in (("served", "aggregates"), ("served", "context"), ("aggregates", "context")):
+    both = sorted(set(out[a]) & set(out.get(b, {})))
+    if both:
+      raise ValueError(f"column(s) {', '.join(both)} both {a} and {b}")
   for role in SIDE_ROLES:
     targets = list(out[role].values())
     twice = sorted({t for t in targets if targets.count(t) > 1})
@@ -84,8 +90,8 @@ def side_of(manifest):
 
 
 def side_names(side):
-  """The names of a side entry's columns, sorted."""
-  return sorted(set(side["served"]) | set(side["aggregates"]))
+  """The names of a side entry's columns (served, aggregates and context), sorted."""
+  return sorted(set(side["served"]) | set(side["aggregates"]) | set(side.get("context", {})))
 
 
 def record_columns(manifest):
