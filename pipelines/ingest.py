@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import re
 import time
 import uuid
@@ -31,10 +32,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common, dataset
-from transforms.spec import schema
+from transforms.spec import run_metadata, schema
 from transforms.spec.errors import DataError
-from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, coverage_entry, side_entry,
-                                    side_names)
+from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, coverage_entry, record_columns,
+                                    side_entry, side_names)
 from transforms.spec.stages import RESERVED
 from transforms.stages.infer_types import InferTypes
 from transforms.stages.key_rows import KeyRows
@@ -96,6 +97,11 @@ class IngestOptions(PipelineOptions):
                         help="Comma-separated record key columns; default: content-derived key.")
     parser.add_argument("--schema", default=None,
                         help="TFMD schema pbtxt giving column types; default: inferred.")
+    parser.add_argument("--schema_from", default=None,
+                        help="Take the column types from another dataset (its manifest) or "
+                             "features run (its run metadata), e.g. the offline side a serving "
+                             "log replays against: a column no sampled record holds still gets "
+                             "its type. Not with --schema.")
     parser.add_argument("--parquet_compression", default="snappy",
                         choices=["snappy", "zstd", "none"], help="Parquet codec.")
     parser.add_argument("--max_rejected_fraction", type=float, default=0.01,
@@ -276,13 +282,17 @@ def plan_ingest(opts):
   formats, coverage, side = IngestOptions.check(opts)
   output_dir = opts.output_dir
   paths = dataset.match_inputs(opts.input)
+  if opts.schema and opts.schema_from:
+    raise common.UsageError("--schema and --schema_from both give the types: pass one")
   schema_text = dataset.read_text(opts.schema, "--schema") if opts.schema else None
-  types = None
+  types, origin = None, None
   if schema_text is not None:
     try:
       types = schema.load_tfmd(schema_text[0])
     except schema.SchemaError as e:
       raise common.UsageError(f"--schema {opts.schema}: {e}") from None
+  elif opts.schema_from:
+    types, origin = _types_from(opts.schema_from)
   source = _source_options(opts, paths, list(types) if types else ())
   names = _column_names(paths, source)
   if types is not None and source.format != "csv":
@@ -314,7 +324,7 @@ def plan_ingest(opts):
       raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}"
                               + _hint(names, source))
     columns = [(n, types.get(n, side_columns.get(n, schema.BYTES))) for n in names]
-    schema_info = {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
+    schema_info = origin or {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
   inputs = [dataset.describe_file(p) for p in paths]
   num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
                                                    / AUTO_SHARD_BYTES))
@@ -328,6 +338,31 @@ def plan_ingest(opts):
       temp_dir=FileSystems.join(output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex),
       recorded=_recorded_options(opts, num_shards, formats, key_columns, source),
       coverage=coverage, side=side)
+
+
+def _types_from(folder):
+  """({column: type}, the manifest's schema record) of --schema_from: a dataset's record
+  columns (its manifest), or a features run's (its run metadata). The record keeps where the
+  types first came from (a schema file, or inference) and names the folder as `from`."""
+  manifest = None
+  try:
+    manifest = dataset.load_manifest(folder)
+  except (OSError, ValueError) as e:
+    raise common.UsageError(f"--schema_from {folder}: cannot read its manifest ({e})") from None
+  if manifest is not None:
+    info = {k: v for k, v in manifest["schema"].items() if k in ("source", "path", "sha256")}
+    return dict(record_columns(manifest)), dict(info, **{"from": folder})
+  try:
+    with open(os.path.join(folder, run_metadata.FILE), "rb") as f:
+      meta = run_metadata.load(f.read(), os.path.join(folder, run_metadata.FILE))
+  except FileNotFoundError:
+    raise common.UsageError(f"--schema_from {folder}: neither a dataset (manifest.json) nor a "
+                            f"features run ({run_metadata.FILE})") from None
+  except OSError as e:
+    raise common.UsageError(f"--schema_from {folder}: cannot read it ({e})") from None
+  source = (meta.get("source") or {}).get("schema", "inferred")
+  return ({c["name"]: c["type"] for c in meta["schema"]["columns"]},
+          {"source": source, "from": folder})
 
 
 def _hint(names, source):

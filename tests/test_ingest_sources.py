@@ -185,6 +185,50 @@ def test_envelope_columns_are_context_kept_and_never_transformed(shapes, taxi_ru
   assert code == 0 and report["records"]["divergent"] == 0 == report["records"]["latent"]
 
 
+def test_a_sample_whose_column_holds_no_value_takes_the_offline_types(taxi_runs, taxi_features,
+                                                                       tmp_path):
+  """A sampled JSON Lines log in which pickup_census_tract is null in every record: inferred,
+  the column cannot be typed INT, and the offline transform_fn refuses it. --schema_from the
+  offline dataset (or its features run) types it as offline did; the log then replays with
+  the offline transform_fn, every record equal to offline's up to the window stage (whose
+  counts the sample takes over itself: the coverage cause, tests above)."""
+  from pipelines import common
+  from replay.diff import job as diff
+  _, records, _ = _taxi()
+  sample = [r for r in records if r["pickup_census_tract"] is None][::3]
+  assert sample
+  path = tmp_path / "sample.jsonl"
+  _write_lines(path, sample)
+  fn = os.path.join(taxi_features["direct"], "transform_fn")
+  inferred = ingest(tmp_path / "inferred", "--num_shards", "1", "--sampling_rate", "0.05",
+                    inputs=str(path))
+  typed = {c["name"]: c["type"] for c in _manifest(inferred)["schema"]["columns"]}
+  assert typed["pickup_census_tract"] != "INT"
+  with pytest.raises(common.UsageError, match="pickup_census_tract"):
+    features(inferred, tmp_path / "f_inferred", "--transform_fn_dir", fn)
+  offline_types = {c["name"]: c["type"] for c in _manifest(taxi_runs["direct"])["schema"][
+      "columns"]}
+  for origin in (taxi_runs["direct"], taxi_features["direct"]):
+    data = ingest(tmp_path / f"typed_{len(os.path.basename(origin))}", "--num_shards", "1",
+                  "--sampling_rate", "0.05", "--schema_from", origin, inputs=str(path))
+    schema = _manifest(data)["schema"]
+    assert {c["name"]: c["type"] for c in schema["columns"]} == offline_types
+    assert schema["from"] == origin and schema["source"] == "file"
+  prod = features(data, tmp_path / "f", "--transform_fn_dir", fn)
+  code = diff.run(["--offline", taxi_features["direct"], "--production", prod,
+                   "--output_dir", str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    report = json.load(f)
+  assert report["scope"] == "production"
+  assert report["records"]["matched_keys"] == len(sample)
+  for stage in ("raw", "parse"):
+    assert report["stages"][stage] == {"match": len(sample), "mismatch": 0}
+  parted = {s: n for s, n in report["first_divergent_stage"].items() if n}
+  assert set(parted) <= {"window"} and code == (1 if parted else 0)
+  assert [c["records"] for c in report["suspected_causes"] if c["field"] == "coverage"] == \
+      ([parted["window"]] if parted else [0])
+
+
 def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
   from replay.diff import compare
   from transforms.spec.feature_log import DROPPED_STAGE, KEY
