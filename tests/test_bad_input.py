@@ -340,6 +340,8 @@ _DIFF = ["--offline", "{log}", "--production", "{log}", "--output_dir", "{out}"]
 _BAD_FILES = ["{dir}/missing", "{empty}", "{empty_csv}", "{garbage_csv}"]
 CASES += [("ingest", ["--input", f, "--output_dir", "{out}"], "error") for f in _BAD_FILES]
 CASES += [("ingest", _INGEST + ["--schema", f], "schema") for f in _BAD_FILES]
+CASES += [("ingest", _INGEST + ["--schema_from", f], "schema_from") for f in
+          ["{dir}/missing", "{empty}", "{garbage_csv}"]]
 CASES += [("features", _FEATURES[:-1] + [f], "profile") for f in _BAD_FILES]
 CASES += [("features", ["--input_dir", f] + _FEATURES[2:], f) for f in
           ["{dir}/missing", "{empty}", "{garbage_csv}", "{log}"]]
