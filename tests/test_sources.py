@@ -187,6 +187,21 @@ def test_jsonl_type_changes_between_lines_keep_each_type():
   assert pa.string() in types(batches, "a") and pa.bool_() in types(batches, "a")
 
 
+def test_jsonl_types_alternating_record_by_record_make_one_piece_per_type():
+  """12 here, "12" there, record by record: the objects are grouped by shape, one piece per
+  shape (not one per record), each value typed as it is alone, each object at its own
+  position."""
+  from transforms.codec.json_values import JsonReader
+  lines = [json.dumps({"a": i if i % 2 else str(i), "b": "x"}).encode() for i in range(9)]
+  buf = b"\n".join(lines)
+  starts = np.cumsum([0] + [len(x) + 1 for x in lines[:-1]])
+  pieces, bad = JsonReader().parse(buf, starts, starts + np.array([len(x) for x in lines]))
+  assert not bad and len(pieces) == 2
+  got = {int(p): v for positions, values in pieces
+         for p, v in zip(positions, values.field("a").to_pylist())}
+  assert got == {i: i if i % 2 else str(i) for i in range(9)}
+
+
 def test_jsonl_date_like_strings_stay_strings_in_every_block():
   lines = [{"t": "2020-01-01", "u": "2020-01-01 10:00:00", "k": i} for i in range(40)]
   for block_bytes in (64, 1 << 20):
