@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import time
 import uuid
@@ -31,11 +30,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common, dataset
-from transforms.spec import run_metadata, schema
+from pipelines import common, dataset, ingest_columns
+from transforms.spec import schema
 from transforms.spec.errors import DataError
-from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, coverage_entry, record_columns,
-                                    side_entry, side_names)
+from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, coverage_entry, side_entry,
+                                    side_names)
 from transforms.spec.stages import RESERVED
 from transforms.stages.infer_types import InferTypes
 from transforms.stages.key_rows import KeyRows
@@ -292,9 +291,9 @@ def plan_ingest(opts):
     except schema.SchemaError as e:
       raise common.UsageError(f"--schema {opts.schema}: {e}") from None
   elif opts.schema_from:
-    types, origin = _types_from(opts.schema_from)
+    types, origin = ingest_columns.types_from(opts.schema_from)
   source = _source_options(opts, paths, list(types) if types else ())
-  names = _column_names(paths, source)
+  names = ingest_columns.column_names(paths, source)
   if types is not None and source.format != "csv":
     # A record's absent key or feature is a null (a tf.Example omits an empty feature): the
     # schema's columns are the dataset's, then the first record's others.
@@ -306,7 +305,7 @@ def plan_ingest(opts):
   unknown = [c for c in key_columns if c not in names]
   if unknown:
     raise common.UsageError(f"--key_columns not in the input's columns: {', '.join(unknown)}"
-                            + _hint(names, source))
+                            + ingest_columns.hint(names, source))
   # A side column --schema does not type is FLOAT: a served value, a mean, a sum, and a count
   # too (exact up to 2**53; the features job checks it is whole before it runs).
   side_columns = {c: schema.FLOAT for c in [*side["served"], *side["aggregates"]]}
@@ -322,7 +321,7 @@ def plan_ingest(opts):
     lacking = [n for n in types if n not in names]
     if lacking:
       raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}"
-                              + _hint(names, source))
+                              + ingest_columns.hint(names, source))
     columns = [(n, types.get(n, side_columns.get(n, schema.BYTES))) for n in names]
     schema_info = origin or {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
   inputs = [dataset.describe_file(p) for p in paths]
@@ -338,60 +337,6 @@ def plan_ingest(opts):
       temp_dir=FileSystems.join(output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex),
       recorded=_recorded_options(opts, num_shards, formats, key_columns, source),
       coverage=coverage, side=side)
-
-
-def _types_from(folder):
-  """({column: type}, the manifest's schema record) of --schema_from: a dataset's record
-  columns (its manifest), or a features run's (its run metadata). The record keeps where the
-  types first came from (a schema file, or inference) and names the folder as `from`."""
-  manifest = None
-  try:
-    manifest = dataset.load_manifest(folder)
-  except (OSError, ValueError) as e:
-    raise common.UsageError(f"--schema_from {folder}: cannot read its manifest ({e})") from None
-  if manifest is not None:
-    info = {k: v for k, v in manifest["schema"].items() if k in ("source", "path", "sha256")}
-    return dict(record_columns(manifest)), dict(info, **{"from": folder})
-  try:
-    with open(os.path.join(folder, run_metadata.FILE), "rb") as f:
-      meta = run_metadata.load(f.read(), os.path.join(folder, run_metadata.FILE))
-  except FileNotFoundError:
-    raise common.UsageError(f"--schema_from {folder}: neither a dataset (manifest.json) nor a "
-                            f"features run ({run_metadata.FILE})") from None
-  except OSError as e:
-    raise common.UsageError(f"--schema_from {folder}: cannot read it ({e})") from None
-  source = (meta.get("source") or {}).get("schema", "inferred")
-  return ({c["name"]: c["type"] for c in meta["schema"]["columns"]},
-          {"source": source, "from": folder})
-
-
-def _hint(names, source):
-  """What the columns found suggest: a one-column CSV header split by another delimiter; else
-  the columns themselves (at most 12), and the preset whose request-log shape they have when
-  none was given."""
-  other = csv_records.other_delimiter(names, source.delimiter) if source.format == "csv" \
-      else None
-  if other:
-    return (f" (the header is one column, {names[0][:60]!r}: is the delimiter {other!r}? "
-            f"pass --delimiter {'tab' if other == chr(9) else repr(other)})")
-  shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
-  preset = sources.preset_of_columns(names) if not source.preset else None
-  return f" (its columns: {shown})" + (
-      f"; the records look like a {preset} request log: pass --preset {preset}" if preset else "")
-
-
-def _column_names(paths, source):
-  """The dataset's columns: the CSV header (every headed file must agree), or the first
-  record's columns of the first file holding one (later records are checked as read)."""
-  if source.format == "parquet":
-    return dataset.parquet_columns(paths)
-  if source.format != "csv":
-    for path in paths:
-      names = dataset.read_columns(path, source)
-      if names is not None:
-        return list(names)
-    raise common.UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
-  return dataset.csv_header(paths, source.dialect)
 
 
 def _recorded_options(opts, num_shards, formats, key_columns, source):

@@ -151,10 +151,11 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
       "aggregate_without_group_by": module.replace(
           '"group_by": "pickup_community_area",', ""),
       "fn_raises": module.replace(
-          "def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT):",
+          "def preprocessing_fn(inputs, bucket_count=_FEATURE_BUCKET_COUNT, vocab_size=",
                                   "def preprocessing_fn(inputs, bucket_count=0):\n"
                                   "  raise ValueError('boom in preprocessing_fn')\n\n\n"
-                                  "def _unused(inputs, bucket_count=_FEATURE_BUCKET_COUNT):"),
+                                  "def _unused(inputs, bucket_count=_FEATURE_BUCKET_COUNT,"
+                                  " vocab_size="),
       "fn_not_callable": module + "\npreprocessing_fn = 3\n",
       "float64_output": module.replace('  outputs["label"] =',
                                        '  outputs["fare64"] = tf.cast(fare, tf.float64)\n'

@@ -518,10 +518,12 @@ def _without_paths(report):
   return re.sub(r'"[^"]*/(parts|merged)\b[^"]*"', '"DIR"', text)
 
 
-def test_a_wrong_online_aggregate_is_at_window_and_not_explained_by_configuration(
+def test_a_wrong_online_aggregate_is_at_window_with_the_online_store_as_the_suspect(
     offline, taxi, tmp_path):
   """Serving's online store counts one trip too many for every 7th record: those records part
-  at window, the model sees another count, and no configuration difference explains it."""
+  at window, the model sees another count, and the suspect is what the logger records it was
+  given, as ingest records a serving log's: the aggregates came from the online store
+  (source.side_columns.aggregates), for exactly those records."""
   from replay.diff import job as diff
   records, aggs = _small(taxi, 700)
   wrong = [dict(a) for a in aggs]
@@ -536,10 +538,10 @@ def test_a_wrong_online_aggregate_is_at_window_and_not_explained_by_configuratio
   assert code == 1
   assert {s: n for s, n in report["first_divergent_stage"].items() if n} == {"window": changed}
   assert report["reaches_model"]["window"] == changed == report["records"]["divergent"]
-  assert [c for c in report["suspected_causes"] if c["stage"] == "window"] == []
-  assert report["unexplained"] == [{"stage": "window", "records": changed,
-                                    "note": "not explained by configuration: a data or code "
-                                            "difference"}]
+  assert [(c["field"], c["offline"], c["production"], c["records"])
+          for c in report["suspected_causes"] if c["stage"] == "window"] == [
+      ("source.side_columns.aggregates", {}, {online_store.AGG: online_store.AGG}, changed)]
+  assert report["unexplained"] == []
   # Both aggregate values, as each side had them before TFT: production's one more.
   shown = [s["aggregates"][online_store.AGG] for s in report["samples"]["divergent"]]
   assert shown and all(b == a + 1 for a, b in shown)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.diff import drift
-from replay.diff import kernels
+from replay.diff import kernels, moved, served
 from replay.diff.kernels import column_of, float_bits, fp_equal, fp_of
 from replay.diff.tolerance import Tolerance
 from transforms.spec import fingerprint
@@ -29,7 +29,7 @@ from transforms.spec.feature_log import (DROPPED_STAGE, EVENT_TIME, KEY, WINDOW_
                                          WINDOW_START, aggregate_column, aggregates_of,
                                          feature_fp_column, feature_of,
                                          fp_column, is_feature_fp_column, is_value_column,
-                                         served_column, value_column)
+                                         value_column)
 from transforms.spec.stages import ANALYZE, RECORD_STAGES, SERVE, STAGES, TRANSFORM, WINDOW
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
@@ -39,7 +39,6 @@ SIDES = ("offline", "production")
 COUNTERS = ("matched_keys", "offline_only", "production_only", "dropped_both", "identical",
             "noise", "latent", "divergent", "duplicate_keys_offline",
             "duplicate_keys_production", "not_served")
-INPUT_FIRST = ("raw", "parse")  # a record first differing here differs in its input
 CLASSES = ("identical", "noise", "latent", "divergent")  # each matched record is one
 SAMPLE_KINDS = ("divergent", "latent", "offline_only", "production_only", "duplicate_keys")
 # A record sample's evidence of when: its event time and window bounds on each side.
@@ -147,12 +146,6 @@ def merge(a, b):
       window_first=_add_counts(a.window_first, b.window_first))
 
 
-def moved_into_windows(partial):
-  """The records first differing at window whose window a record whose event time moved left or
-  entered (the merged Partial's moved_windows and window_first)."""
-  return sum(n for w, n in partial.window_first.items() if w in partial.moved_windows)
-
-
 def feature_kind(typ):
   """'numeric' for float values (or lists of them), else 'categorical'."""
   return "numeric" if drift.is_numeric_type(typ) else "categorical"
@@ -239,30 +232,6 @@ def compare_bucket(offline, production, context=Context()):
   return part
 
 
-def _moved_windows(part, o, p, first):
-  """Partial.moved_records / moved_windows / window_first of matched rows o, p (first: each
-  row's first divergent stage)."""
-  names = (EVENT_TIME, WINDOW_START, WINDOW_END)
-  if not all(c in t.schema.names for t in (o, p) for c in names):
-    return
-  col = {(s, c): t.column(c).combine_chunks() for s, t in (("o", o), ("p", p)) for c in names}
-  moved = np.isin(first, INPUT_FIRST) & pc.fill_null(pc.not_equal(
-      col["o", EVENT_TIME], col["p", EVENT_TIME]), True).to_numpy(zero_copy_only=False)
-  part.moved_records = int(np.count_nonzero(moved))
-
-  def intervals(side, mask):  # the rows' (start, end) pairs, grouped: one Python value each
-    rows = pa.table({"s": col[side, WINDOW_START].filter(mask),
-                     "e": col[side, WINDOW_END].filter(mask)})
-    return rows.group_by(["s", "e"]).aggregate([([], "count_all")])
-  left, entered = intervals("o", pa.array(moved)), intervals("p", pa.array(moved))
-  part.moved_windows = frozenset(
-      (s, e) for t in (left, entered)
-      for s, e in zip(t.column("s").to_pylist(), t.column("e").to_pylist()) if s is not None)
-  counts = intervals("o", pa.array(first == WINDOW.name))
-  part.window_first = {(s, e): n for s, e, n in zip(*(counts.column(c).to_pylist() for c in (
-      "s", "e", "count_all"))) if s is not None}
-
-
 def _one_side(part, side, keys, reasons, mask, cap):
   if mask is not None:
     keys, reasons = keys.filter(pa.array(mask)), reasons.filter(pa.array(mask))
@@ -326,7 +295,7 @@ def _compare_matched(part, o, p, context):
   s_eq = fp_equal(fp_of(o, fp_column(SERVE.name)), fp_of(p, fp_column(SERVE.name)))
   part.stages[SERVE.name] = [int(s_eq.sum()), int(n - s_eq.sum())]
   serve_check = ~s_eq & ~t_bad
-  served_differs, serve_bad = _compare_served(part, o, p, names, serve_check, context)
+  served_differs, serve_bad = served.compare_served(part, o, p, names, serve_check, context)
   served_any = np.zeros(n, bool)
   for mask in served_differs.values():
     served_any |= mask
@@ -351,7 +320,7 @@ def _compare_matched(part, o, p, context):
   first[t_bad] = context.transform_stage
   first[s_bad & ~t_bad] = SERVE.name
   first[any_early] = np.array(RECORD_STAGES, dtype=object)[early[any_early].argmax(axis=1)]
-  _moved_windows(part, o, p, first)
+  part.moved_records, part.moved_windows, part.window_first = moved.windows(o, p, first)
   for stage in RECORD_STAGES + (context.transform_stage, SERVE.name):
     at = first == stage
     part.first_stage[stage] += int(np.count_nonzero(at))
@@ -364,7 +333,7 @@ def _compare_matched(part, o, p, context):
     def entry(i, key):
       r = int(rows[i])
       if s_bad[r] and not t_bad[r]:  # the values the model received on each side
-        feats = {name: [kernels.jsonable(_model_input(t, name)[r].as_py()) for t in (o, p)]
+        feats = {name: [kernels.jsonable(served.model_input(t, name)[r].as_py()) for t in (o, p)]
                  for name in sorted(served_differs) if served_differs[name][r]}
       else:
         feats = {name: pair(value_column(name), r) for name in names if differs[name][r]}
@@ -378,53 +347,6 @@ def _compare_matched(part, o, p, context):
     rows = np.flatnonzero(mask)
     keys = column_of(o, KEY).take(pa.array(rows, pa.int64()))
     part.samples[kind] = kernels.samples(keys, entry_of(rows), context.samples)
-
-
-def _model_input(table, name):
-  """What the model received for feature `name` on one side: the served value where serving
-  logged one (served__F), else the transformed value (spec/feature_log.model_inputs)."""
-  value, served = column_of(table, value_column(name)), column_of(table, served_column(name))
-  if served is None:
-    return value
-  if value is None:
-    return served
-  return pc.if_else(served.is_valid(), served, value)
-
-
-def _compare_served(part, o, p, names, rows_mask, context):
-  """Per feature, the `rows_mask` records whose model inputs differ ({name: bool[n]}), and
-  which of those differ beyond tolerance (bool[n]); counts served_mismatch and
-  served_within_tolerance per feature."""
-  n = o.num_rows
-  bad = np.zeros(n, bool)
-  differs = {}
-  if not rows_mask.any():
-    return differs, bad
-  rows = np.flatnonzero(rows_mask)
-  take = pa.array(rows, pa.int64())
-  for name in names:
-    a, b = _model_input(o, name), _model_input(p, name)
-    if a is None or b is None:
-      continue
-    a, b = a.take(take), b.take(take)
-    same = kernels.values_equal(a, b)
-    if same.all():
-      continue
-    f = part.features[name]
-    # served_* count what serving logged: a feature no side logged a served value of is the
-    # transform's own value, compared (and counted) there.
-    logged = served_column(name) in o.schema.names or served_column(name) in p.schema.names
-    close = same.copy()
-    if f["kind"] == "numeric":
-      close |= kernels.numeric_rows(
-          a, b, *context.tolerance.for_feature(name, max(float_bits(a), float_bits(b))))[0]
-    differs[name] = np.zeros(n, bool)
-    differs[name][rows[~same]] = True
-    bad[rows[~close]] = True
-    if logged:
-      f["served_mismatch"] += int((~close).sum())
-      f["served_within_tolerance"] += int((close & ~same).sum())
-  return differs, bad
 
 
 def _cell(table, column, row):

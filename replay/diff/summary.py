@@ -2,7 +2,7 @@
 features, drift, samples (with vocabulary tokens), causes with their record counts, and why the
 noise records are noise. The shape it fills is replay/report/report_model.py's.
 """
-from replay.diff import compare, drift
+from replay.diff import compare, drift, moved
 from replay.report.report_model import (UNEXPLAINED, Buckets, Cause, FeatureSummary, Records,
                                         Report, divergent_fraction)
 from transforms.spec.stages import STAGES, WINDOW
@@ -113,7 +113,7 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
   samples = {k: [_with_tokens(e[2], vocab) if k in ("divergent", "latent") else e[2]
                  for e in partial.samples[k]] for k in compare.SAMPLE_KINDS}
   analyzers = analyzers or {"state": "equal", "records": 0, "analyzers": []}
-  linked = compare.moved_into_windows(partial) if firsts[WINDOW.name] else 0
+  linked = moved.linked(partial) if firsts[WINDOW.name] else 0
   explained = {c["stage"] for c in causes}
   tol = tolerance.to_dict()
   found = [Cause(records=firsts[c["stage"]] + sum(

@@ -72,10 +72,11 @@ def side_entry(served=None, aggregates=None, context=None):
          "aggregates": dict(sorted((aggregates or {}).items()))}
   if context:
     out["context"] = dict(sorted(context.items()))
+  roles = {"served": "served", "aggregates": "a logged aggregate", "context": "an envelope column"}
   for a, b in (("served", "aggregates"), ("served", "context"), ("aggregates", "context")):
     both = sorted(set(out[a]) & set(out.get(b, {})))
     if both:
-      raise ValueError(f"column(s) {', '.join(both)} both {a} and {b}")
+      raise ValueError(f"column(s) {', '.join(both)} both {roles[a]} and {roles[b]}")
   for role in SIDE_ROLES:
     targets = list(out[role].values())
     twice = sorted({t for t in targets if targets.count(t) > 1})

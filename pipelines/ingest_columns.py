@@ -1,0 +1,66 @@
+"""Ingest's view of its input before the job: the columns (a CSV header, the first record),
+the types --schema_from takes from another dataset or features run, and the hint an unknown
+column's error gives (another delimiter, the columns found, the preset a request log needs).
+"""
+import os
+
+from pipelines import common, dataset
+from transforms.codec import csv_records, sources
+from transforms.spec import run_metadata
+from transforms.spec.dataset import record_columns
+
+__all__ = ["column_names", "types_from", "hint"]
+
+
+def types_from(folder):
+  """({column: type}, the manifest's schema record) of --schema_from: a dataset's record
+  columns (its manifest), or a features run's (its run metadata). The record keeps where the
+  types first came from (a schema file, or inference) and names the folder as `from`."""
+  manifest = None
+  try:
+    manifest = dataset.load_manifest(folder)
+  except (OSError, ValueError) as e:
+    raise common.UsageError(f"--schema_from {folder}: cannot read its manifest ({e})") from None
+  if manifest is not None:
+    info = {k: v for k, v in manifest["schema"].items() if k in ("source", "path", "sha256")}
+    return dict(record_columns(manifest)), dict(info, **{"from": folder})
+  try:
+    with open(os.path.join(folder, run_metadata.FILE), "rb") as f:
+      meta = run_metadata.load(f.read(), os.path.join(folder, run_metadata.FILE))
+  except FileNotFoundError:
+    raise common.UsageError(f"--schema_from {folder}: neither a dataset (manifest.json) nor a "
+                            f"features run ({run_metadata.FILE})") from None
+  except OSError as e:
+    raise common.UsageError(f"--schema_from {folder}: cannot read it ({e})") from None
+  source = (meta.get("source") or {}).get("schema", "inferred")
+  return ({c["name"]: c["type"] for c in meta["schema"]["columns"]},
+          {"source": source, "from": folder})
+
+
+def hint(names, source):
+  """What the columns found suggest: a one-column CSV header split by another delimiter; else
+  the columns themselves (at most 12), and the preset whose request-log shape they have when
+  none was given."""
+  other = csv_records.other_delimiter(names, source.delimiter) if source.format == "csv" \
+      else None
+  if other:
+    return (f" (the header is one column, {names[0][:60]!r}: is the delimiter {other!r}? "
+            f"pass --delimiter {'tab' if other == chr(9) else repr(other)})")
+  shown = ", ".join(names[:12]) + (f", ... ({len(names)} in all)" if len(names) > 12 else "")
+  preset = sources.preset_of_columns(names) if not source.preset else None
+  return f" (its columns: {shown})" + (
+      f"; the records look like a {preset} request log: pass --preset {preset}" if preset else "")
+
+
+def column_names(paths, source):
+  """The dataset's columns: the CSV header (every headed file must agree), or the first
+  record's columns of the first file holding one (later records are checked as read)."""
+  if source.format == "parquet":
+    return dataset.parquet_columns(paths)
+  if source.format != "csv":
+    for path in paths:
+      names = dataset.read_columns(path, source)
+      if names is not None:
+        return list(names)
+    raise common.UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
+  return dataset.csv_header(paths, source.dialect)
