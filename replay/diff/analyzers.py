@@ -13,9 +13,9 @@ The run metadata carry every analyzer output's fingerprint and, for numeric outp
 Each entry names the output features the analyzer feeds, as either run metadata records them.
 The run's state is `equal` when every analyzer is, `noise` when every one is equal or noise,
 else `differs`; `exact_features` then names the features fed by an analyzer that is not noise,
-which the value comparison takes exactly (replay/diff/tolerance.py). A relative difference is taken against the value itself, so an analyzer near
-0 by cancellation (the mean of centred data) is strict: its noise shows as `differs`, never the
-other way round.
+which the value comparison takes exactly (replay/diff/tolerance.py). A relative difference is
+taken against the value itself, so an analyzer near 0 by cancellation (the mean of centred
+data) is strict: its noise shows as `differs`, never the other way round.
 """
 import math
 

@@ -25,7 +25,8 @@ from transforms.codec import csv_records
 from transforms.codec.csv_records import FILE_COLUMN, LINE_COLUMN, RAW_COLUMN
 
 __all__ = ["FORMATS", "PRESETS", "PRESET_FORMATS", "PRESET_FIELDS", "TF_SERVING", "SourceOptions",
-           "SourceError", "preset_of_columns", "infer_format", "column_names", "iter_batches", "finish", "render_json", "empty_batch"]
+           "SourceError", "preset_of_columns", "infer_format", "column_names", "iter_batches",
+           "finish", "render_json", "empty_batch"]
 
 FORMATS = ("csv", "jsonl", "parquet", "tfrecord")
 # Request-logging shapes: SageMaker Data Capture and Vertex AI exports (JSON Lines,
