@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, feature_module, features_output, verify
-from pipelines.features_flags import FeaturesOptions
+from pipelines.features_flags import FeaturesOptions, model_flags
 from pipelines.feature_module import load_profile_and_module
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.progress import Progress, stage_counts
@@ -61,6 +61,9 @@ class FeaturesPlan:
   transform_fn_dir: str = None  # transform with this transform_fn (None: analyse the input)
   side: dict = None      # the dataset's side columns (spec/dataset.side_entry)
   pii_rule: pii.Pii = pii.Pii()  # the PII log columns (spec/pii.py)
+  model: object = None   # the predict stage's ModelSpec (transforms/model/load.py)
+  # The loaded model's identity (run metadata's `model`), filled when the pipeline is built.
+  model_identity: dict = dataclasses.field(default_factory=dict)
 
 
 def _verified(input_dir, verifying):
@@ -94,7 +97,8 @@ def plan_features(opts, pool):
                       transform_fn_dir=opts.transform_fn_dir or None,
                       side=side_of(manifest),
                       pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env,
-                                             manifest["key_columns"])), verifying
+                                             manifest["key_columns"]),
+                      model=model_flags(opts)), verifying
 
 
 def _key_text(columns):
@@ -304,12 +308,16 @@ def build_pipeline(plan, options, temp_dir):
   # anything runs
   plan.pii_rule.check_columns(set(transform.output_features) | set(plan.manifest["key_columns"]),
                               "--pii_columns")
+  if plan.model.given():  # the model against the transformed features: before anything runs
+    from transforms.model import load
+    plan.model_identity.update(load.load(plan.model, transform.output_dtypes).identity())
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])
        | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
                                          event_format=event_format, event_zone=event_zone,
                                          served=tuple(side["served"].items()),
-                                         aggregates=names, pii=plan.pii_rule)
+                                         aggregates=names, pii=plan.pii_rule,
+                                         model=plan.model)
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p

@@ -25,7 +25,7 @@ _OWN = (feature_log.TRANSFORM_FN_DIR, feature_log.TRANSFORMED_DIR, feature_log.L
 def _same_run(meta, plan):
   """Whether run metadata `meta` records a run of this plan's command: the same input (folder
   and content digest), profile, feature module (name and source digest), given transform_fn
-  (or none), log buckets and PII columns."""
+  (or none), log buckets, PII columns and model."""
   given = (meta.get(run_metadata.TRANSFORM_FN) or {}).get("source")
   return (meta.get("input", {}).get("dir") == plan.input_dir
           and meta["input"].get("content_digest") == plan.manifest["content_digest"]
@@ -34,7 +34,8 @@ def _same_run(meta, plan):
           and meta.get(run_metadata.MODULE_DIGEST) == modules.source_digest(plan.module)
           and given == plan.transform_fn_dir
           and meta.get("log", {}).get("num_buckets") == plan.log_buckets
-          and meta.get("pii") == (plan.pii_rule.metadata() if plan.pii_rule.columns else None))
+          and meta.get("pii") == (plan.pii_rule.metadata() if plan.pii_rule.columns else None)
+          and meta.get(run_metadata.MODEL) == (plan.model_identity or None))
 
 
 def check_output(plan, overwrite):
@@ -84,6 +85,8 @@ def publish(plan, temp_dir, options):
               "side_columns": side_of(plan.manifest)})
   if plan.pii_rule.columns:
     metadata["pii"] = plan.pii_rule.metadata()
+  if plan.model_identity:
+    metadata[run_metadata.MODEL] = dict(plan.model_identity)
   metadata[run_files.FILES] = run_files.describe(out)  # what verify checks beside the log
   dataset.write_atomically(FileSystems.join(out, run_metadata.FILE), run_metadata.dump(metadata))
   return metadata

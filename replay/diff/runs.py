@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from transforms.graph import analyze
 from transforms.spec import feature_log, fingerprint, run_metadata
 from transforms.spec.errors import UsageError
-from transforms.spec.stages import FP_STAGES as DIGEST_STAGES
+from transforms.spec.stages import FP_STAGES as DIGEST_STAGES, OPTIONAL_STAGES
 
 __all__ = ["load", "check_compatible", "plan_buckets", "bucket_pattern", "vocabularies",
            "listed_parts"]
@@ -99,10 +99,12 @@ def check_compatible(offline, production):
 
 
 def _same(a, b):
-  """Equal bucket entries: rows, drops, every stage digest and the key digest (a side from
-  before the key digest has none: such a bucket is read)."""
+  """Equal bucket entries: rows, drops, every stage digest (a predict digest on one side only
+  differs) and the key digest (a side from before the key digest has none: such a bucket is
+  read)."""
   return (a["rows"] == b["rows"] and a["dropped"] == b["dropped"] and
           all(a["digests"][s] == b["digests"][s] for s in DIGEST_STAGES) and
+          all(a["digests"].get(s) == b["digests"].get(s) for s in OPTIONAL_STAGES) and
           a["digests"].get(feature_log.KEY_DIGEST) == b["digests"].get(feature_log.KEY_DIGEST))
 
 

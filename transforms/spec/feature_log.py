@@ -13,7 +13,9 @@ per transformed feature F:
 fp__F (uint64) and value__F (a scalar for one-value features, as tft.TFTransformOutput gives
 them; else the list); per feature F serving logged a value of, served__F (that value, in
 value__F's type); with a logger's log_inputs, input__C per record column C (the cell's
-canonical text, spec/values.py: what the raw stage fingerprints). Each bucket's digests per
+canonical text, spec/values.py: what the raw stage fingerprints); with a model (the optional
+`predict` stage, spec/decision.py), fp_predict (uint64), prediction (list<float64>: the model's
+scores) and decision (list<int64>), null where the record did not reach the model. Each bucket's digests per
 stage (fingerprint.combine_digest of the stage fingerprints present) go to the run metadata,
 so a diff can skip equal buckets.
 
@@ -28,13 +30,14 @@ import pyarrow.compute as pc
 
 from transforms.spec import fingerprint
 from transforms.spec.key import key_hash
-from transforms.spec.stages import FP_STAGES, LOG_HASH, RAW_FP, RULES
+from transforms.spec.stages import FP_STAGES, LOG_HASH, OPTIONAL_STAGES, RAW_FP, RULES
 
 __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_SEED", "KEY",
            "EVENT_TIME", "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON",
-           "HEAD", "STAGE_COLUMNS", "fp_column", "value_column", "served_column",
+           "PREDICTION", "DECISION", "HEAD", "STAGE_COLUMNS", "fp_column", "value_column", "served_column",
            "aggregate_column", "aggregates_of", "input_column", "inputs_of", "feature_fp_column",
-           "feature_of", "is_served_column", "served_of", "cast_served", "model_inputs",
+           "feature_of", "is_served_column", "served_of", "cast_served", "served_values",
+           "model_inputs",
            "features_of", "is_value_column", "is_feature_fp_column", "dictionary_columns",
            "parquet_options", "read_options", "log_hash", "KEY_DIGEST", "MAX_BUCKETS",
            "bucket_of", "buckets_of", "bucket_path", "bucket_glob", "part_path", "is_part_file", "transformed_path",
@@ -48,6 +51,7 @@ LOG_SEED = 0x5EED
 KEY, EVENT_TIME, WINDOW_START, WINDOW_END, SHARD_ID = (
     "key", "event_time", "window_start", "window_end", "shard_id")
 DROPPED_STAGE, DROP_REASON = "dropped_stage", "drop_reason"
+PREDICTION, DECISION = "prediction", "decision"  # the predict stage's values (spec/decision.py)
 _FP, _VALUE, _FEATURE_FP, _SERVED = "fp_", "value__", "fp__", "served__"
 _AGGREGATE, _INPUT = "aggregate__", "input__"
 
@@ -105,6 +109,21 @@ def cast_served(column, value_type):
   return column.cast(value_type, safe=False)
 
 
+def served_values(column, values, feature, where):
+  """A served side column in the type of the transformed feature it names, from the table of
+  transformed `values` (cast_served); ValueError naming `where` when the transform does not
+  output that feature or the feature holds several values per record."""
+  if feature not in values.schema.names:
+    raise ValueError(f"{where}: served values name feature {feature!r}, which the transform "
+                     f"does not output ({', '.join(values.schema.names)})")
+  column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+  cast = cast_served(column, values.schema.field(feature).type)
+  if cast is None:
+    raise ValueError(f"served feature {feature!r} has several values per record; only "
+                     "one-value features can be served")
+  return cast
+
+
 def model_inputs(values, served):
   """What the model received (the `serve` stage's fields): a table of the transformed `values`
   where each feature F with a served array in `served` ({F: array cast to the value's type})
@@ -156,7 +175,7 @@ def dictionary_columns(names):
   """The log columns worth a Parquet dictionary: all but the key and the fp_<stage> columns,
   which are unique to each record (their dictionary only costs: a 62k-row bucket writes in
   30 ms instead of 42 and takes 6.3 MB instead of 6.8)."""
-  unique = {KEY} | {fp_column(s) for s in FP_STAGES}
+  unique = {KEY} | {fp_column(s) for s in FP_STAGES + OPTIONAL_STAGES} | {PREDICTION}
   return [n for n in names if n not in unique]
 
 
@@ -240,12 +259,12 @@ MAX_BUCKETS = 99999  # the five digits of a bucket's file name (_bucket_stem)
 
 
 def stage_digests(log, key_hashes=None):
-  """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage, and
-  KEY_DIGEST: combine_digest of every row's key log_hash (`key_hashes` when the caller has
-  them) -- the per-bucket digests run metadata carry, which verify recomputes and the diff
-  compares to skip equal buckets."""
+  """{stage: combine_digest of the log rows' non-null fp_<stage>} for every FP_STAGES stage and
+  every OPTIONAL_STAGES stage whose column the log has, and KEY_DIGEST: combine_digest of
+  every row's key log_hash (`key_hashes` when the caller has them) -- the per-bucket digests
+  run metadata carry, which verify recomputes and the diff compares to skip equal buckets."""
   out = {s: fingerprint.combine_digest(log.column(fp_column(s)).drop_null().to_numpy())
-         for s in FP_STAGES}
+         for s in FP_STAGES + OPTIONAL_STAGES if fp_column(s) in log.schema.names}
   if key_hashes is None:
     key_hashes = log_hash(log.column(KEY).combine_chunks())
   out[KEY_DIGEST] = fingerprint.combine_digest(key_hashes)

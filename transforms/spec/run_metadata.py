@@ -16,8 +16,8 @@ from transforms.spec.feature_log import LOG_SEED
 from transforms.spec.stages import STAGES
 from transforms.spec.window import describe
 
-__all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "LOST_BY_REASON", "EVENT_TIME", "TRANSFORM_FN", "MODULE_DIGEST",
-           "document", "dump", "load", "versions"]
+__all__ = ["FORMAT", "FILE", "LOGGER_RUNNER", "LOST_BY_REASON", "EVENT_TIME", "TRANSFORM_FN",
+           "MODULE_DIGEST", "MODEL", "document", "dump", "load", "versions"]
 
 FORMAT = "skewtrace.features/1"
 FILE = "run_metadata.json"
@@ -31,6 +31,10 @@ LOGGER_FORMAT = "logger"
 LOST_BY_REASON = "lost_by_reason"
 EVENT_TIME, TRANSFORM_FN = "event_time", "transform_fn"  # the optional sections' keys
 MODULE_DIGEST = "transform_module_digest"  # the feature module's source digest (optional)
+# The predict stage's model (optional): {"source", "kind" (saved_model | module), "digest",
+# "decision", and a SavedModel's "signature", "output" and "tf" version; a production log's
+# served identity (deployed model, version, device) where its log names one}.
+MODEL = "model"
 
 
 def versions():

@@ -11,19 +11,21 @@ the run and are given by name:
   AGGREGATES  the feature module's windowed aggregates
   VALUES      COLUMNS then AGGREGATES: what the record carries into serialization and TFT
   FEATURES    the transformed features
+  PREDICTION  the model's prediction and decision (spec/decision.py)
 """
 import dataclasses
 
 from transforms.codec import csv_records
 
 __all__ = ["Stage", "RAW", "PARSE", "WINDOW", "SHARD", "SERIALIZE", "ANALYZE", "TRANSFORM", "SERVE",
-           "RULES", "STAGES", "FP_STAGES", "RECORD_STAGES", "COLUMNS", "AGGREGATES", "VALUES",
-           "FEATURES", "KEY", "RAW_FP", "PARSE_FP", "INGEST_SHARD", "WINDOW_START", "WINDOW_END",
+           "PREDICT", "RULES", "STAGES", "FP_STAGES", "OPTIONAL_STAGES", "RECORD_STAGES", "COLUMNS",
+           "AGGREGATES", "VALUES", "FEATURES", "PREDICTION", "KEY", "RAW_FP", "PARSE_FP", "INGEST_SHARD", "WINDOW_START", "WINDOW_END",
            "WINDOW_FP", "SHARD_ID", "SHARD_FP", "SERIALIZE_FP", "DROP_REASON", "LOG_HASH",
            "PASSTHROUGH", "RESERVED", "value_columns"]
 
 # The run-dependent field groups (see the module docstring).
 COLUMNS, AGGREGATES, VALUES, FEATURES = "<columns>", "<aggregates>", "<values>", "<features>"
+PREDICTION = "<prediction>"
 
 # Columns a record carries between stages (in-pipeline names; the feature log names its own).
 KEY = "__key__"                 # the record key (spec/key.py)
@@ -52,6 +54,7 @@ class Stage:
   fields: tuple = ()
   reasons: tuple = ()  # ((code, template), ...): a frozen mapping
   per_run: bool = False
+  optional: bool = False
 
   def fingerprint_fields(self, columns=(), aggregates=(), features=()):
     """The concrete field list of this stage's fingerprint for a run."""
@@ -97,11 +100,17 @@ TRANSFORM = Stage("transform", None, (FEATURES,))
 # (a served side column, spec/dataset.py) where there is one, else the transform's value; the
 # same coding as `transform`, so a run that logs no served value has fp_serve == fp_transform.
 SERVE = Stage("serve", None, (FEATURES,))
+# What the model decided: its prediction on what it received (serve's values, or the served
+# response where serving logged one) and the declared rule's decision (spec/decision.py). Only
+# a run given a model (--model_dir, --model_module) has it.
+PREDICT = Stage("predict", None, (PREDICTION,), optional=True)
 
-RULES = (RAW, PARSE, WINDOW, SHARD, SERIALIZE, ANALYZE, TRANSFORM, SERVE)
+RULES = (RAW, PARSE, WINDOW, SHARD, SERIALIZE, ANALYZE, TRANSFORM, SERVE, PREDICT)
 STAGES = tuple(s.name for s in RULES)
-# The stages with a per-record fingerprint column fp_<stage> in the log (analyze is per run).
-FP_STAGES = tuple(s.name for s in RULES if not s.per_run)
+# The stages with a per-record fingerprint column fp_<stage> in every log (analyze is per run).
+FP_STAGES = tuple(s.name for s in RULES if not s.per_run and not s.optional)
+# The stages whose fp_<stage> column (and digest) a log has only when its run had their input.
+OPTIONAL_STAGES = tuple(s.name for s in RULES if s.optional)
 # The stages fingerprinted before TFT: a record whose fingerprint differs at one of them parts
 # there, whatever the tolerances.
 RECORD_STAGES = tuple(s.name for s in RULES if s.column is not None)

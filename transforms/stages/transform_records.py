@@ -40,6 +40,7 @@ class TransformRecords(beam.PTransform):
     self._passthrough = dict(passthrough or {})
     self._dir = transform_fn_dir
     self.output_features = None  # the transformed feature names, known once expanded
+    self.output_dtypes = None  # {feature: TF dtype name, None when not one value per record}
 
   def expand(self, batches):
     if self._dir:
@@ -51,10 +52,14 @@ class TransformRecords(beam.PTransform):
         (tft_batches, adapter)
         | "AnalyzeAndTransform" >> tft_beam.AnalyzeAndTransformDataset(
             self._fn, output_record_batches=True))
-    self.output_features = sorted(
-        schema_utils.schema_as_feature_spec(metadata.schema).feature_spec)
+    self._outputs(schema_utils.schema_as_feature_spec(metadata.schema).feature_spec)
     return (transformed | "UnpackPassthrough" >> beam.Map(from_tft).with_output_types(
         pa.RecordBatch)), transform_fn
+
+  def _outputs(self, feature_spec):
+    self.output_features = sorted(feature_spec)
+    self.output_dtypes = {n: s.dtype.name if getattr(s, "shape", None) in ([], [1], ()) else None
+                          for n, s in sorted(feature_spec.items())}
 
   def _transform_with_fn(self, batches):
     adapter = tensor_adapter_config(self._arrow_schema, self._features)
@@ -63,6 +68,6 @@ class TransformRecords(beam.PTransform):
     transform_fn = batches.pipeline | "ReadTransformFn" >> tft_beam.ReadTransformFn(self._dir)
     transformed, _ = ((tft_batches, adapter), transform_fn) | "Transform" >> \
         tft_beam.TransformDataset(output_record_batches=True)
-    self.output_features = sorted(tft.TFTransformOutput(self._dir).transformed_feature_spec())
+    self._outputs(tft.TFTransformOutput(self._dir).transformed_feature_spec())
     return (transformed | "UnpackPassthrough" >> beam.Map(from_tft).with_output_types(
         pa.RecordBatch)), transform_fn

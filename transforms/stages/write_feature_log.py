@@ -30,6 +30,7 @@ from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatc
 from transforms.beam.ahead import AheadDoFn
 from transforms.codec import tfrecord
 from transforms.spec import event_time
+from transforms.stages import predict_records
 from transforms.spec import feature_log as log_format
 from transforms.spec import fingerprint
 from transforms.spec.pii import Pii
@@ -38,7 +39,7 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
                                          STAGE_COLUMNS, WINDOW_END as LOG_WINDOW_END,
                                          WINDOW_START as LOG_WINDOW_START, bucket_path,
                                          aggregate_column, aggregates_of, buckets_of,
-                                         cast_served, fp_column, parquet_options,
+                                         fp_column, parquet_options,
                                          feature_fp_column, log_hash, model_inputs,
                                          passthrough_columns, served_column, served_of,
                                          stage_digests, transformed_path, value_column)
@@ -228,7 +229,7 @@ def _feature_column(parts, name):
 _ORDER = [(LOG_KEY, "ascending")] + [(fp_column(s), "ascending") for s in RECORD_STAGES]
 
 
-def _merged_log(heads, kept, dropped, bucket, pii=Pii()):
+def _merged_log(heads, kept, dropped, bucket, pii=Pii(), model=None):
   """(the bucket's log rows in log order, its feature names; None when no record of the bucket
   went into TFT).
 
@@ -237,7 +238,8 @@ def _merged_log(heads, kept, dropped, bucket, pii=Pii()):
   -- rows equal in both are the same raw record, equal through every stage -- and the values
   are gathered in log order with one take (null for dropped rows). fp_transform and fp__F per
   feature F (sorted by name) are computed over the values as the log holds them -- before a PII
-  feature's value (and served value) is hashed."""
+  feature's value (and served value) is hashed. With a ModelSpec `model`, the predict stage's
+  columns (stages/predict_records.py) over what the model received."""
   names = log_format.features_of(kept[0].schema.names) if kept else ([] if heads else None)
   rows = sum(t.num_rows for t in heads)
   got = sum(t.num_rows for t in kept)
@@ -274,11 +276,11 @@ def _merged_log(heads, kept, dropped, bucket, pii=Pii()):
       pa.array(source, mask=mask))
   record_fp, feature_fps = fingerprint.fingerprint_fields(values)
   cols[_FP_TRANSFORM] = pa.array(record_fp, mask=mask)
-  served_values = {f: _served_values(head.column(served_column(f)).take(order), values, f,
-                                     bucket) for f in served}
-  serve_fp = fingerprint.fingerprint_fields(model_inputs(values, served_values))[0] \
-      if served else record_fp
-  cols[_FP_SERVE] = pa.array(serve_fp, mask=mask)
+  served_values = {f: log_format.served_values(head.column(served_column(f)).take(order),
+                                                values, f, f"bucket {bucket}") for f in served}
+  inputs = model_inputs(values, served_values) if served else values  # what the model got
+  cols[_FP_SERVE] = pa.array(fingerprint.fingerprint_fields(inputs)[0] if served else record_fp,
+                             mask=mask)
   cols.update(aggregate_cols)
   hidden = pii.features(names)
   for n in names:
@@ -287,6 +289,9 @@ def _merged_log(heads, kept, dropped, bucket, pii=Pii()):
     if n in served_values:
       cols[served_column(n)] = served_values[n] if n not in hidden else \
           pii.hashed(served_values[n])
+  if model is not None and model.given():  # the predict stage (spec/stages.py PREDICT)
+    cols.update(predict_records.predict_columns(
+        predict_records.predictor(model, dict(zip(names, values.schema.types))), inputs, mask))
   log = pa.table(cols)
   keys = log.column(LOG_KEY)
   if len(keys) > 1 and pc.any(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
@@ -297,21 +302,7 @@ def _merged_log(heads, kept, dropped, bucket, pii=Pii()):
   return log, names
 
 
-def _served_values(column, values, feature, bucket):
-  """A served side column in the type of the transformed feature it names (what the model got
-  is compared as the model takes it: a float64 logged value as the float32 it was fed)."""
-  if feature not in values.schema.names:
-    raise ValueError(f"bucket {bucket}: served values name feature {feature!r}, which the "
-                     f"transform does not output ({', '.join(values.schema.names)})")
-  column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-  cast = cast_served(column, values.schema.field(feature).type)
-  if cast is None:
-    raise ValueError(f"served feature {feature!r} has several values per record; only "
-                     "one-value features can be served")
-  return cast
-
-
-def merge_bucket(temp_dir, num_buckets, bucket, paths, pii=Pii()):
+def merge_bucket(temp_dir, num_buckets, bucket, paths, pii=Pii(), model=None):
   """Reads a bucket's parts, writes its log and transformed files; returns its info dict.
 
   A bucket holding dropped records only has no fp__F / value__F columns (nothing of its
@@ -320,7 +311,7 @@ def merge_bucket(temp_dir, num_buckets, bucket, paths, pii=Pii()):
   by_kind = {k: [t for t in parts if t.schema.metadata.get(_KIND) == k]
              for k in (b"head", b"kept", b"dropped")}
   log, names = _merged_log(by_kind[b"head"], by_kind[b"kept"], by_kind[b"dropped"], bucket,
-                           pii)
+                           pii, model)
   log = log.combine_chunks()
   log = pa.Table.from_arrays(log.columns, names=log.schema.names)  # no part metadata
   if names is not None:
@@ -352,8 +343,8 @@ def _write_transformed(temp_dir, num_buckets, bucket, log, names):
 class _MergeBucketsFn(beam.DoFn):
   """(bucket, part paths) -> the bucket's info dict; buckets merge on a small thread pool."""
 
-  def __init__(self, temp_dir, num_buckets, pii):
-    self._temp_dir, self._num_buckets, self._pii = temp_dir, num_buckets, pii
+  def __init__(self, temp_dir, num_buckets, pii, model):
+    self._temp_dir, self._num_buckets, self._pii, self._model = temp_dir, num_buckets, pii, model
 
   def setup(self):
     self._pool = concurrent.futures.ThreadPoolExecutor(_THREADS)
@@ -364,7 +355,7 @@ class _MergeBucketsFn(beam.DoFn):
   def process(self, element):
     bucket, paths = element
     self._pending.append(self._pool.submit(merge_bucket, self._temp_dir, self._num_buckets,
-                                           bucket, list(paths), self._pii))
+                                           bucket, list(paths), self._pii, self._model))
 
   def finish_bundle(self):
     pending, self._pending = self._pending, []
@@ -384,14 +375,15 @@ class WriteFeatureLog(beam.PTransform):
   columns, written hashed (spec/pii.py), as the production logger writes them."""
 
   def __init__(self, temp_dir, num_buckets, event_column, event_format=event_time.DEFAULT_FORMAT,
-               event_zone=event_time.DEFAULT_ZONE, served=(), aggregates=(), pii=Pii()):
+               event_zone=event_time.DEFAULT_ZONE, served=(), aggregates=(), pii=Pii(),
+               model=None):
     super().__init__()
     self._temp_dir = temp_dir
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
     self._served = tuple(served)  # ((side column, feature), ...): spec/dataset.py side columns
     self._aggregates = tuple(aggregates)  # windowed aggregate names, logged as aggregate__A
-    self._pii = pii
+    self._pii, self._model = pii, model  # model: a ModelSpec, the predict stage's
 
   def expand(self, pcolls):
     staged, transformed, dropped = pcolls
@@ -409,4 +401,4 @@ class WriteFeatureLog(beam.PTransform):
     return (parts
             | "GroupByBucket" >> beam.GroupByKey()
             | "MergeBuckets" >> beam.ParDo(_MergeBucketsFn(self._temp_dir, self._num_buckets,
-                                                           self._pii)))
+                                                           self._pii, self._model)))
