@@ -34,13 +34,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common, dataset
 from transforms.spec import feature_log, run_metadata
 from transforms.spec.errors import load_yaml, yaml_problem
-from transforms.spec.stages import STAGES
+from transforms.spec.stages import OPTIONAL_STAGES, STAGES
 
 __all__ = ["CheckOptions", "load_config", "evaluate", "report_dir", "run"]
 
 _FIELDS = {"offline", "production", "reports", "history", "thresholds", "tolerance",
            "beam_args"}
-_THRESHOLDS = {"divergent_fraction", "stages", "features", "drift"}
+_THRESHOLDS = {"divergent_fraction", "stages", "features", "drift", "decision_flip_fraction",
+               "max_abs_prediction_delta"}
 
 
 class CheckOptions(PipelineOptions):
@@ -141,7 +142,14 @@ def load_config(text, path="config"):
                          "stages": stages,
                          "features": _mapping("thresholds.features", th.get("features"),
                                               _fraction),
-                         "drift": _mapping("thresholds.drift", th.get("drift"), _number)},
+                         "drift": _mapping("thresholds.drift", th.get("drift"), _number),
+                         "decision_flip_fraction": None if th.get("decision_flip_fraction") is None
+                         else _fraction("thresholds.decision_flip_fraction",
+                                        th["decision_flip_fraction"]),
+                         "max_abs_prediction_delta": None if th.get(
+                             "max_abs_prediction_delta") is None
+                         else _number("thresholds.max_abs_prediction_delta",
+                                      th["max_abs_prediction_delta"])},
           "tolerance": tolerance, "beam_args": beam_args}
 
 
@@ -211,6 +219,7 @@ def evaluate(report, thresholds):
     served = f.get("served_mismatch", 0) / max(1, sum(f.get(k, 0) for k in FEATURE_TOTAL))
     if served > limit:
       broken.append(f"feature {name}: served mismatch rate {served:.6g} > {limit:.6g}")
+  broken += _decision_thresholds(report, thresholds)
   for name, limit in thresholds["drift"].items():
     entry = report.get("drift", {}).get(name, {})
     value = entry.get("jensen_shannon", entry.get("linf", 0.0))
@@ -219,12 +228,39 @@ def evaluate(report, thresholds):
   return broken
 
 
+def _decision_thresholds(report, thresholds):
+  """The decision thresholds a report breaks; UsageError when one is set and the report
+  compared no decision (neither log holds predictions on both sides): it must not pass
+  silently."""
+  limits = {k: thresholds.get(k) for k in ("decision_flip_fraction", "max_abs_prediction_delta")}
+  if all(v is None for v in limits.values()):
+    return []
+  d = report.get("decisions") or {}
+  if not d.get("compared"):
+    named = ", ".join(k for k, v in limits.items() if v is not None)
+    raise common.UsageError(f"thresholds {named}: the logs compare no decision (run the "
+                            "features job with --model_dir or --model_module on both sides)")
+  broken = []
+  if limits["decision_flip_fraction"] is not None and \
+      d["flip_fraction"] > limits["decision_flip_fraction"]:
+    broken.append(f"decision flips {d['flips']} of {d['compared']}: fraction "
+                  f"{d['flip_fraction']:.6g} > {limits['decision_flip_fraction']:.6g}")
+  if limits["max_abs_prediction_delta"] is not None and \
+      d["max_abs_delta"] > limits["max_abs_prediction_delta"]:
+    broken.append(f"largest |prediction delta| {d['max_abs_delta']:.6g} > "
+                  f"{limits['max_abs_prediction_delta']:.6g}")
+  return broken
+
+
 # within_tolerance holds the report's noise class (its name before latent records were told
-# apart): the column keeps its name so a history file of earlier nights stays writable.
+# apart): the column keeps its name so a history file of earlier nights stays writable. For the
+# same reason the stage columns are the stages every log has (an optional stage, predict, is
+# in report.json and its decisions, not in the history's columns).
+_HISTORY_STAGES = tuple(s for s in STAGES if s not in OPTIONAL_STAGES)
 _COLUMNS = (["date TEXT PRIMARY KEY", "offline INTEGER", "production INTEGER",
              "matched_keys INTEGER", "identical INTEGER", "within_tolerance INTEGER",
              "divergent INTEGER", "offline_only INTEGER", "production_only INTEGER",
-             "divergent_fraction REAL"] + [f"stage_{s} INTEGER" for s in STAGES] +
+             "divergent_fraction REAL"] + [f"stage_{s} INTEGER" for s in _HISTORY_STAGES] +
             ["feature_mismatch_rates TEXT", "drift TEXT", "broken TEXT", "exit_status INTEGER",
              "report TEXT"])
 
@@ -236,7 +272,7 @@ def _history_row(night, report, broken, code, report_path):
   return ([night.isoformat(), r["offline"], r["production"], r["matched_keys"], r["identical"],
            r["noise"], r["divergent"], r["offline_only"], r["production_only"],
            report["divergent_fraction"]] +
-          [report["first_divergent_stage"].get(s, 0) for s in STAGES] +
+          [report["first_divergent_stage"].get(s, 0) for s in _HISTORY_STAGES] +
           [json.dumps({n: f["mismatch_rate"] for n, f in sorted(report["features"].items())},
                       sort_keys=True),
            json.dumps(drift, sort_keys=True), json.dumps(broken), code, report_path])

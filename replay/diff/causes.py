@@ -77,6 +77,22 @@ def _partial_windows(out, offline, production):
                       rate=f" (sampling rate {rate:g})" if rate is not None else "")})
 
 
+# The model identity fields a predict-stage cause names (run metadata's `model`; the source path
+# is not one: two copies of one model agree by digest).
+MODEL_FIELDS = ("kind", "digest", "signature", "output", "decision", "tf", "deployed_model_id",
+                "model_version", "device", "runtime")
+
+
+def _model(out, offline, production):
+  """Causes at predict: what differs in the two runs' recorded model identity (both have one;
+  with one alone, the diff compares no decision)."""
+  ma, mb = offline.get(run_metadata.MODEL), production.get(run_metadata.MODEL)
+  if not (ma and mb):
+    return
+  for field in MODEL_FIELDS:
+    _diff(out, ("predict",), f"model.{field}", ma.get(field), mb.get(field))
+
+
 def suspected_causes(offline, production):
   """[{stage, field, offline, production}] sorted by pipeline stage, then field."""
   out = []
@@ -123,6 +139,7 @@ def suspected_causes(offline, production):
     _diff(out, (stage,), f"source.side_columns.{role}", side_a.get(role) or {},
           side_b.get(role) or {})
   _partial_windows(out, offline, production)
+  _model(out, offline, production)
   va, vb = offline["versions"], production["versions"]
   for lib in sorted(set(va) | set(vb)):
     _diff(out, VERSION_STAGES.get(lib, STAGES), f"versions.{lib}", va.get(lib), vb.get(lib))

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.diff import drift
+from replay.diff import decisions, drift
 from replay.diff import kernels, moved, served
 from replay.diff.kernels import column_of, float_bits, fp_equal, fp_of
 from replay.diff.tolerance import Tolerance
@@ -30,7 +30,8 @@ from transforms.spec.feature_log import (DROPPED_STAGE, EVENT_TIME, KEY, WINDOW_
                                          feature_fp_column, feature_of,
                                          fp_column, is_feature_fp_column, is_value_column,
                                          value_column)
-from transforms.spec.stages import ANALYZE, RECORD_STAGES, SERVE, STAGES, TRANSFORM, WINDOW
+from transforms.spec.feature_log import DECISION, PREDICTION
+from transforms.spec.stages import ANALYZE, PREDICT, RECORD_STAGES, SERVE, STAGES, TRANSFORM, WINDOW
 
 __all__ = ["Context", "Partial", "empty", "merge", "compare_bucket", "equal_bucket",
            "feature_kind", "RECORD_STAGES", "SIDES", "COUNTERS", "CLASSES", "SAMPLE_KINDS"]
@@ -87,6 +88,8 @@ class Partial:
   moved_records: int = 0
   moved_windows: frozenset = frozenset()
   window_first: dict = dataclasses.field(default_factory=dict)
+  # What the model decides where both logs hold the predict stage (replay/diff/decisions.py)
+  decisions: dict = dataclasses.field(default_factory=decisions.empty)
 
 
 def empty(samples_cap=10):
@@ -143,7 +146,8 @@ def merge(a, b):
       window_noise_records=a.window_noise_records + b.window_noise_records,
       moved_records=a.moved_records + b.moved_records,
       moved_windows=a.moved_windows | b.moved_windows,
-      window_first=_add_counts(a.window_first, b.window_first))
+      window_first=_add_counts(a.window_first, b.window_first),
+      decisions=decisions.merge(a.decisions, b.decisions, cap))
 
 
 def feature_kind(typ):
@@ -312,16 +316,28 @@ def _compare_matched(part, o, p, context):
   part.window_noise_records = int(np.count_nonzero(window_noise))
   early[window_noise, w] = False
   any_early = early.any(axis=1)
-  rec["identical"] = int(np.count_nonzero(~any_early & t_eq & s_eq & ~window_noise))
-  rec["noise"] = int(np.count_nonzero(~any_early & ~model & (~(t_eq & s_eq) | window_noise)))
+  # The predict stage, where both logs hold it: identical model inputs and a prediction beyond
+  # its tolerance part at predict (the same inputs, another answer); within it, noise.
+  predicted = decisions.has_predictions(o) and decisions.has_predictions(p)
+  both, p_eq, p_within, delta, flipped = (decisions.compare(o, p, context.tolerance)
+                                          if predicted else (np.zeros(n, bool),) * 5)
+  p_diff = both & ~p_eq
+  p_bad = ~any_early & t_eq & s_eq & ~window_noise & p_diff & ~p_within
+  if predicted:
+    part.stages[PREDICT.name] = [int(np.count_nonzero(both & p_eq)), int(np.count_nonzero(p_diff))]
+  model |= p_bad
+  identical = ~any_early & t_eq & s_eq & ~window_noise & ~p_diff
+  rec["identical"] = int(np.count_nonzero(identical))
+  rec["noise"] = int(np.count_nonzero(~any_early & ~model & ~identical))
   rec["latent"] = int(np.count_nonzero(any_early & ~model))
   rec["divergent"] = int(np.count_nonzero(model))
   first = np.full(n, "", dtype=object)
   first[t_bad] = context.transform_stage
   first[s_bad & ~t_bad] = SERVE.name
+  first[p_bad] = PREDICT.name
   first[any_early] = np.array(RECORD_STAGES, dtype=object)[early[any_early].argmax(axis=1)]
   part.moved_records, part.moved_windows, part.window_first = moved.windows(o, p, first)
-  for stage in RECORD_STAGES + (context.transform_stage, SERVE.name):
+  for stage in RECORD_STAGES + (context.transform_stage, SERVE.name, PREDICT.name):
     at = first == stage
     part.first_stage[stage] += int(np.count_nonzero(at))
     part.reaches_model[stage] += int(np.count_nonzero(at & model))
@@ -340,6 +356,8 @@ def _compare_matched(part, o, p, context):
       out = {"key": key, "first_divergent_stage": first[r], "features": feats}
       if aggregates:  # the windowed aggregates' values before TFT, on each side
         out["aggregates"] = {a: pair(aggregate_column(a), r) for a in aggregates}
+      if predicted and both[r]:  # what the model answered and decided on each side
+        out.update(prediction=pair(PREDICTION, r), decision=pair(DECISION, r))
       when = {c: pair(c, r) for c in _WHEN if c in o.schema.names or c in p.schema.names}
       return {**out, "when": when} if when else out
     return entry
@@ -347,6 +365,13 @@ def _compare_matched(part, o, p, context):
     rows = np.flatnonzero(mask)
     keys = column_of(o, KEY).take(pa.array(rows, pa.int64()))
     part.samples[kind] = kernels.samples(keys, entry_of(rows), context.samples)
+  if predicted:
+    classes = np.where(model, "divergent", np.where(any_early, "latent", np.where(
+        identical, "identical", "noise")))
+    decisions.add(part.decisions, both, delta, flipped, first, classes)
+    rows = np.flatnonzero(flipped)
+    keys = column_of(o, KEY).take(pa.array(rows, pa.int64()))
+    part.decisions["samples"] = kernels.samples(keys, entry_of(rows), context.samples)
 
 
 def _cell(table, column, row):
@@ -370,4 +395,7 @@ def equal_bucket(entry, feature_names, context=Context()):
     f = part.features[name] = _new_feature(kind)
     f["match"] = transformed
     f["delta_n"] = transformed if kind == "numeric" else 0
+  part.decisions = decisions.equal_bucket(entry)
+  if PREDICT.name in entry["digests"]:
+    part.stages[PREDICT.name] = [part.decisions["compared"], 0]
   return part

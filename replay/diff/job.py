@@ -37,7 +37,7 @@ from replay.diff import tolerance as tolerances
 from replay.report import render, report_model
 from transforms.spec import feature_log
 from transforms.spec.dataset import coverage_of
-from transforms.spec.run_metadata import LOST_BY_REASON
+from transforms.spec.run_metadata import LOST_BY_REASON, MODEL
 from transforms.spec.errors import first_line
 
 __all__ = ["DiffOptions", "DiffFlags", "DiffPlan", "plan_diff", "build_pipeline", "run_job", "run",
@@ -76,6 +76,7 @@ class DiffPlan:
   # buckets skipped as equal, whose pages are read back with their checksums.
   checks: dict = dataclasses.field(default_factory=dict)
   skipped: tuple = ()
+  models: dict = dataclasses.field(default_factory=dict)  # side -> its run metadata's model
 
 
 def _part_paths(task, side):
@@ -335,14 +336,15 @@ def plan_diff(opts):
                   checks={} if opts.no_verify_logs else {
                       s: {b: e for b, e in entries[s].items() if b in set(differing)}
                       for s in compare.SIDES},
-                  skipped=() if opts.no_verify_logs else tuple(skipped))
+                  skipped=() if opts.no_verify_logs else tuple(skipped),
+                  models={s: metas[s].get(MODEL) for s in compare.SIDES})
 
 
 def _build(plan, partial):
   report = summary.build_report(partial, plan.sides["offline"], plan.sides["production"],
                               plan.tolerance, plan.max_divergent_fraction, list(plan.causes),
                               plan.buckets_total, plan.scope, plan.fail_on, plan.analyzers,
-                              plan.vocabularies)
+                              plan.vocabularies, plan.models)
   return evidence.attach(report.to_dict(), plan.inputs, plan.tasks, plan.num_buckets)
 
 

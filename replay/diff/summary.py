@@ -2,7 +2,7 @@
 features, drift, samples (with vocabulary tokens), causes with their record counts, and why the
 noise records are noise. The shape it fills is replay/report/report_model.py's.
 """
-from replay.diff import compare, drift, moved
+from replay.diff import compare, decisions, drift, moved
 from replay.report.report_model import (UNEXPLAINED, Buckets, Cause, FeatureSummary, Records,
                                         Report, divergent_fraction)
 from transforms.spec.stages import STAGES, WINDOW
@@ -80,6 +80,20 @@ def _noise(partial, tol, analyzers):
   return out
 
 
+def _decisions(partial, models, causes):
+  """report.json's decisions (None when neither side ran a model): the totals, or why none
+  were compared (a side logs no prediction)."""
+  if not any(models.values()):
+    return None
+  out = decisions.summary(partial.decisions, causes)
+  lacking = [s for s in compare.SIDES if not models.get(s)]
+  out["models"] = {s: models.get(s) for s in compare.SIDES}
+  if lacking:
+    out["note"] = (f"{' and '.join(lacking)} logs no prediction (no --model_dir or "
+                   "--model_module, and no served response): no decision is compared")
+  return out
+
+
 def _with_tokens(entry, vocab):
   """A record sample with, beside each vocabulary-fed feature's ids, their tokens on each side
   (null for an id outside the vocabulary: its OOV bucket)."""
@@ -94,11 +108,13 @@ def _with_tokens(entry, vocab):
 
 def build_report(partial, offline, production, tolerance, max_divergent_fraction, causes,
                  buckets_total, scope="all", fail_on="divergent", analyzers=None,
-                 vocabularies=None):
+                 vocabularies=None, models=None):
   """The Report of a merged Partial. offline / production: Side; tolerance: Tolerance;
   causes: metadata.suspected_causes(...) (their record counts are filled in here: the records
   whose first divergent stage is the cause's, and those one side alone dropped there);
-  analyzers: replay/analyzers.compare(...); vocabularies: {side: metadata.vocabularies(...)}."""
+  analyzers: replay/analyzers.compare(...); vocabularies: {side: metadata.vocabularies(...)};
+  models: {side: its run metadata's model or None} (the report's decisions, when either has
+  one: replay/diff/decisions.py)."""
   rec = dict(partial.records, offline=offline.rows, production=production.rows)
   fraction = divergent_fraction(rec, fail_on)
   firsts = {s: int(partial.first_stage.get(s, 0)) for s in STAGES}
@@ -127,6 +143,7 @@ def build_report(partial, offline, production, tolerance, max_divergent_fraction
     unexplained[WINDOW.name] -= linked
   unexplained = {s: n for s, n in unexplained.items() if n}
   return Report(
+      decisions=_decisions(partial, models or {}, [c.to_dict() for c in found]),
       offline=offline, production=production, tolerance=tol,
       max_divergent_fraction=float(max_divergent_fraction),
       records=Records(**{k: int(rec[k]) for k in ("offline", "production") + compare.COUNTERS}),

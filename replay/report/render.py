@@ -10,7 +10,7 @@ taken from the report (keys, feature names, profile values) is data and is escap
 import datetime
 import math
 
-from replay.report import charts
+from replay.report import charts, decisions_view
 from replay.report.charts import (COLLAPSE_ROWS, HISTOGRAM_FEATURES, MAX_BINS, TREND_NIGHTS, _e,
                                   _frac, _num, _pct, _plain, _ranked_features, _short, _table,
                                   _value)
@@ -100,6 +100,7 @@ def render_text(report):
   out.append(f"divergent fraction: {_frac(report.get('divergent_fraction', 0.0))} "
              f"(threshold {_frac(report.get('max_divergent_fraction', 0.0))})")
   out.append(verdict(report)[1])
+  out.extend(decisions_view.lines(report))  # what the model decides, before feature detail
   out.append("first divergent stage:")
   out.extend(_stage_line(report, s) for s in STAGES)
   out.extend(_plain(line) for line in _explanations(report))
@@ -156,6 +157,7 @@ def render_html(report, trend=None):
   if trend:  # the nightly check's page: the trend first, under the verdict
     parts += [f"<h2>Last {TREND_NIGHTS} nights</h2>\n", charts.trend_chart(trend, report)]
   parts += [
+      decisions_view.html(report),  # what the model decides, before feature-level detail
       _what_differs(report),
       "<h2>Divergence by first stage</h2>\n", charts.stage_chart(report),
       _table(["stage", "match", "mismatch", "first divergent stage of",

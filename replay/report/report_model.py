@@ -139,9 +139,10 @@ class Report:
   noise: dict = dataclasses.field(default_factory=dict)       # {records, why: [...]}
   unexplained: tuple = ()  # ({stage, records, note}) stages no configuration difference explains
   format: str = REPORT_FORMAT
+  decisions: dict = None  # what the model decides (replay/diff/decisions.summary); None: no model
 
   def to_dict(self):
-    return {
+    out = {
         "format": self.format, "offline": self.offline.to_dict(),
         "production": self.production.to_dict(), "tolerance": self.tolerance,
         "max_divergent_fraction": self.max_divergent_fraction,
@@ -155,6 +156,9 @@ class Report:
         "exit_code": self.exit_code, "scope": self.scope, "fail_on": self.fail_on,
         "analyzers": self.analyzers, "noise": self.noise,
         "unexplained": [dict(u) for u in self.unexplained]}
+    if self.decisions is not None:
+      out["decisions"] = self.decisions
+    return out
 
 
 def divergent_fraction(records, fail_on="divergent"):
