@@ -71,7 +71,7 @@ def test_stage_chart_has_every_stage_in_order_with_counts():
   page = render.render_html(build_report(divergent_by_stage={"window": 40, "transform": 7}))
   assert _stage_counts(page) == [("raw", "0"), ("parse", "0"), ("window", "40"), ("shard", "0"),
                                  ("serialize", "0"), ("analyze", "0"), ("transform", "7"),
-                                 ("serve", "0")]
+                                 ("serve", "0"), ("predict", "0")]
   # the tallest bar is window's, transform's is 7/40 of it
   heights = dict(re.findall(r'data-stage="(\w+)"[^>]*><title>[^<]*</title><rect class="bar" '
                             r'[^>]*height="([\d.]+)"', page))
@@ -174,7 +174,8 @@ def test_empty_report_renders():
   page = render.render_html(report)
   assert "no divergence" in page and "no transformed features" in page
   assert [s for s, _ in _stage_counts(page)] == ["raw", "parse", "window", "shard",
-                                                 "serialize", "analyze", "transform", "serve"]
+                                                 "serialize", "analyze", "transform", "serve",
+                                                 "predict"]
 
 
 def test_verdicts_over_and_within_threshold():

@@ -7,6 +7,7 @@
   causes     suspected causes: the two runs' metadata differences, each tied to its stage
   compare    pure comparison of joined Arrow tables into the mergeable Partial
   served     the serve stage: what the model received on each side, compared
+  decisions  the predict stage: prediction deltas and decision flips, per stage and class
   moved      records whose event time moved, and the window neighbours they change
   kernels    its vectorised row kernels (numeric deltas, deterministic samples, window noise)
   tolerance  the validated numeric tolerances
@@ -20,8 +21,8 @@
 May import transforms, pipelines (the job's options and dataset readers) and replay.report (the
 shape it fills, the renderers it writes with); never replay.logger nor replay's jobs. Only job,
 runs, evidence and integrity import Beam (job its pipeline, the others its FileSystems); the
-kernels (compare, served, moved, kernels, tolerance, analyzers, drift, causes, summary) are
+kernels (compare, served, decisions, moved, kernels, tolerance, analyzers, drift, causes, summary) are
 plain functions over Arrow tables and dicts. Importing this package imports none of them.
 """
-__all__ = ["analyzers", "causes", "compare", "drift", "evidence", "flags", "integrity", "job",
+__all__ = ["analyzers", "causes", "compare", "decisions", "drift", "evidence", "flags", "integrity", "job",
            "kernels", "moved", "runs", "served", "summary", "tolerance"]

@@ -30,7 +30,7 @@ from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatc
 from transforms.beam.ahead import AheadDoFn
 from transforms.codec import tfrecord
 from transforms.spec import event_time
-from transforms.stages import predict_records
+from transforms.model import predict as predict_records
 from transforms.spec import feature_log as log_format
 from transforms.spec import fingerprint
 from transforms.spec.pii import Pii

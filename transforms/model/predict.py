@@ -1,14 +1,15 @@
 """The `predict` stage (spec/stages.py PREDICT) over a bucket's rows: the model called on what it
 received (the serve stage's values), its scores and the declared rule's decision
 (spec/decision.py) as the log's prediction and decision columns, and their fingerprint as
-fp_predict. The features job's merge (stages/write_feature_log.py) and the production logger
-call the same function. No Beam.
+fp_predict. The features job's merge (stages/write_feature_log.py) calls it, and anything else
+that writes the stage must (no Beam here).
 """
 import threading
 
 import numpy as np
 import pyarrow as pa
 
+from transforms.model import load
 from transforms.spec import decision, fingerprint
 from transforms.spec.feature_log import DECISION, PREDICTION, fp_column
 from transforms.spec.stages import PREDICT
@@ -22,7 +23,6 @@ _LOADED, _LOCK = {}, threading.Lock()
 def predictor(spec, features):
   """The Predictor of a ModelSpec for transformed features {name: Arrow type}, loaded once per
   process (a worker's merges share it; TensorFlow's calls are thread-safe)."""
-  from transforms.model import load
   key = (spec, tuple(sorted((n, str(t)) for n, t in features.items())))
   with _LOCK:
     if key not in _LOADED:
