@@ -5,30 +5,10 @@ classes defining --input_dir would conflict."""
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
+from transforms.model import flags as model_flags
 from transforms.spec import feature_log, pii
 
-__all__ = ["FeaturesOptions", "FeaturesFlags", "model_flags"]
-
-
-def model_flags(flags):
-  """The ModelSpec of the model flags (transforms/model/load.py; not given when no model);
-  UsageError for a rule without a model, a model without a rule, or a rule that is not one."""
-  from transforms.model.load import ModelSpec
-  from transforms.spec import decision
-  spec = ModelSpec(model_dir=flags.model_dir or None, module=flags.model_module or None,
-                   signature=flags.model_signature or None, output=flags.model_output or None,
-                   decision=flags.decision or None)
-  if spec.model_dir and spec.module:
-    raise common.UsageError("--model_dir and --model_module: give one model")
-  if not spec.given():
-    for name in ("model_signature", "model_output", "decision"):
-      if getattr(flags, name):
-        raise common.UsageError(f"--{name} needs --model_dir or --model_module")
-    return spec
-  if not spec.decision:
-    raise common.UsageError(f"{spec.flag()} needs --decision (threshold:T, argmax or top_k:K)")
-  decision.parse(spec.decision)
-  return spec
+__all__ = ["FeaturesOptions", "FeaturesFlags"]
 
 
 class FeaturesOptions(PipelineOptions):
@@ -58,21 +38,7 @@ class FeaturesOptions(PipelineOptions):
                         help="Name of the environment variable holding the HMAC key of "
                              "--pii_columns (the key itself is never written).")
 
-    parser.add_argument("--model_dir", default="",
-                        help="A TensorFlow SavedModel (TFX Trainer export or Keras export) the "
-                             "predict stage calls on what the model receives (docs/features.md, "
-                             "The model and the predict stage). Needs --decision.")
-    parser.add_argument("--model_module", default="",
-                        help="Instead of --model_dir: a module (dotted name or .py file) "
-                             "defining predict(features: dict[str, numpy array]) -> scores.")
-    parser.add_argument("--model_signature", default="",
-                        help="The SavedModel signature to call (default: the one whose inputs "
-                             "are all transformed features).")
-    parser.add_argument("--model_output", default="",
-                        help="The signature output holding the scores (default: its only one).")
-    parser.add_argument("--decision", default="",
-                        help="The decision rule on the scores: threshold:T (one score; >= T "
-                             "decides 1), argmax or top_k:K.")
+    model_flags.add_arguments(parser, "the predict stage calls on what the model receives")
 
   @staticmethod
   def check(flags):
@@ -88,7 +54,7 @@ class FeaturesOptions(PipelineOptions):
         raise common.UsageError("--pii_columns needs --pii_key_env, the environment variable "
                                 "holding the HMAC key")
       pii.secret_from_env(flags.pii_key_env)  # UsageError when the key is not there
-    model_flags(flags)  # a bad rule or a model flag without a model: before anything is read
+    model_flags.spec_of(flags)  # a bad rule, a model flag without a model: before anything
     # --output_dir and --overwrite: common.OutputOptions.
 
 

@@ -98,7 +98,7 @@ def plan_features(opts, pool):
                       side=side_of(manifest),
                       pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env,
                                              manifest["key_columns"]),
-                      model=model_flags(opts)), verifying
+                      model=model_flags.spec_of(opts)), verifying
 
 
 def _key_text(columns):

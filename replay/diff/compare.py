@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.diff import decisions, drift
-from replay.diff import kernels, moved, served
+from replay.diff import kernels, moved, predicting, served
 from replay.diff.kernels import column_of, float_bits, fp_equal, fp_of
 from replay.diff.tolerance import Tolerance
 from transforms.spec import fingerprint
@@ -58,6 +58,10 @@ class Context:
   # The production side covers part of the traffic (a sample, some keys): an offline record
   # whose key production never saw is not_served, not offline_only (docs/replay.md, "Scope").
   partial_production: bool = False
+  # The diff's model (a ModelSpec, replay/diff/predicting.py): predicts a side lacking the
+  # predict stage and attributes flips, at most attribution_records records.
+  model: object = None
+  attribution_records: int = 100000
 
 
 @dataclasses.dataclass
@@ -184,6 +188,8 @@ def compare_bucket(offline, production, context=Context()):
   """The Partial of one bucket. Either side may be None (the bucket has no rows there)."""
   if offline is None and production is None:
     raise ValueError("compare_bucket needs at least one side")
+  offline, production = (predicting.with_predictions(t, context.model)
+                         for t in (offline, production))
   offline = _empty_like(production) if offline is None else offline
   production = _empty_like(offline) if production is None else production
   part = empty(context.samples)
@@ -368,7 +374,12 @@ def _compare_matched(part, o, p, context):
   if predicted:
     classes = np.where(model, "divergent", np.where(any_early, "latent", np.where(
         identical, "identical", "noise")))
-    decisions.add(part.decisions, both, delta, flipped, first, classes)
+    decisions.add(part.decisions, both, delta, flipped, first, classes, p_diff & p_within)
+    if context.model is not None:  # flips whose model inputs differ, swapped back one by one
+      rows = np.flatnonzero(flipped & (first != "") & (first != PREDICT.name))
+      part.decisions.update(candidates=len(rows), attribution_cap=context.attribution_records,
+                            attributed=predicting.attribute(o, p, rows, context.model,
+                                                            context.attribution_records))
     rows = np.flatnonzero(flipped)
     keys = column_of(o, KEY).take(pa.array(rows, pa.int64()))
     part.decisions["samples"] = kernels.samples(keys, entry_of(rows), context.samples)
@@ -395,7 +406,8 @@ def equal_bucket(entry, feature_names, context=Context()):
     f = part.features[name] = _new_feature(kind)
     f["match"] = transformed
     f["delta_n"] = transformed if kind == "numeric" else 0
-  part.decisions = decisions.equal_bucket(entry)
-  if PREDICT.name in entry["digests"]:
+  part.decisions = decisions.equal_bucket(
+      entry, context.attribution_records if context.model is not None else None)
+  if part.decisions["compared"]:
     part.stages[PREDICT.name] = [part.decisions["compared"], 0]
   return part

@@ -29,8 +29,12 @@ _NO_STAGE = "none"  # by_stage's key of records that part at no stage (identical
 
 
 def empty():
-  return {"compared": 0, "flips": 0, "delta_sums": [], "delta_max": 0.0, "by_stage": {},
-          "by_class": {}, "histogram": [0] * (len(EDGES) - 1), "samples": []}
+  return {"compared": 0, "flips": 0, "within_tolerance": 0, "delta_sums": [], "delta_max": 0.0,
+          "by_stage": {},
+          "by_class": {}, "histogram": [0] * (len(EDGES) - 1), "samples": [],
+          # the attribution (replay/diff/predicting.py), where the diff was given the model:
+          # flipped records whose inputs differ, the attributed ones, the cap (None: no model)
+          "candidates": 0, "attributed": [], "attribution_cap": None}
 
 
 def _merge_entry(a, b):
@@ -43,6 +47,7 @@ def merge(a, b, cap=10):
   stages = sorted(set(a["by_stage"]) | set(b["by_stage"]))
   classes = sorted(set(a["by_class"]) | set(b["by_class"]))
   return {"compared": a["compared"] + b["compared"], "flips": a["flips"] + b["flips"],
+          "within_tolerance": a["within_tolerance"] + b["within_tolerance"],
           "delta_sums": sorted(a["delta_sums"] + b["delta_sums"]),
           "delta_max": max(a["delta_max"], b["delta_max"]),
           "by_stage": {s: _merge_entry(a["by_stage"].get(s, [0, 0, 0.0, []]),
@@ -51,7 +56,12 @@ def merge(a, b, cap=10):
                                                   b["by_class"].get(c, [0, 0]))]
                        for c in classes},
           "histogram": [x + y for x, y in zip(a["histogram"], b["histogram"])],
-          "samples": sorted(a["samples"] + b["samples"], key=lambda e: (e[0], e[1]))[:cap]}
+          "samples": sorted(a["samples"] + b["samples"], key=lambda e: (e[0], e[1]))[:cap],
+          "candidates": a["candidates"] + b["candidates"],
+          "attributed": sorted(a["attributed"] + b["attributed"], key=lambda e: (e[0], e[1]))[
+              :max(a["attribution_cap"] or 0, b["attribution_cap"] or 0)],
+          "attribution_cap": a["attribution_cap"] if b["attribution_cap"] is None
+                             else b["attribution_cap"]}
 
 
 def has_predictions(table):
@@ -97,10 +107,12 @@ def compare(o, p, tolerance):
   return both, equal, (within | equal) & both, delta, flipped
 
 
-def add(d, both, delta, flipped, first, classes):
+def add(d, both, delta, flipped, first, classes, within):
   """Adds one bucket's matched rows to decisions `d`: first[r] the record's first divergent
-  stage ("" for none), classes[r] its class."""
+  stage ("" for none), classes[r] its class, within[r] its predictions differ within the
+  prediction tolerance."""
   rows = np.flatnonzero(both)
+  d["within_tolerance"] += int(np.count_nonzero(within[rows]))
   d["compared"] += len(rows)
   d["flips"] += int(np.count_nonzero(flipped))
   finite = np.isfinite(delta[rows])
@@ -122,15 +134,18 @@ def add(d, both, delta, flipped, first, classes):
     d["by_class"][cls] = [e[0] + len(at), e[1] + int(np.count_nonzero(flipped[at]))]
 
 
-def equal_bucket(entry):
+def equal_bucket(entry, cap=None):
   """The decisions of a bucket whose digests agree on every stage (predict included): every
-  predicted record identical, no flip."""
+  predicted record identical, no flip. cap: the diff's attribution cap when it was given the
+  model, which predicts every kept record of a log lacking the stage."""
   d = empty()
+  d["attribution_cap"] = cap
   digest = entry["digests"].get(PREDICT.name)
-  if digest is None:
+  if digest is None and cap is None:
     return d
   from transforms.spec import fingerprint
-  n = fingerprint.parse_digest(digest)["count"]
+  n = (fingerprint.parse_digest(digest)["count"] if digest is not None
+       else entry["rows"] - entry["dropped"])
   d["compared"] = n
   d["delta_sums"] = [0.0]
   d["histogram"][0] = n
@@ -143,6 +158,7 @@ def equal_bucket(entry):
 def summary(d, causes=()):
   """report.json's `decisions` of merged decisions `d`; causes: the report's suspected causes
   (dicts with stage and field), each given the flips of its stage."""
+  from replay.diff import predicting
   n = d["compared"]
   mean = math.fsum(d["delta_sums"]) / n if n else 0.0
   by_stage = {s: {"records": e[0], "flips": e[1], "max_abs_delta": e[2],
@@ -150,6 +166,7 @@ def summary(d, causes=()):
               for s, e in sorted(d["by_stage"].items())}
   return {
       "compared": n, "flips": d["flips"], "flip_fraction": d["flips"] / n if n else 0.0,
+      "within_tolerance": d["within_tolerance"],
       "max_abs_delta": d["delta_max"], "mean_abs_delta": mean,
       "by_stage": by_stage,
       "by_class": {c: {"records": e[0], "flips": e[1]} for c, e in sorted(d["by_class"].items())},
@@ -157,4 +174,6 @@ def summary(d, causes=()):
                     "flips": d["by_stage"].get(c["stage"], [0, 0])[1]} for c in causes],
       "histogram": {"edges": [e if math.isfinite(e) else None for e in EDGES],
                     "counts": list(d["histogram"])},
-      "samples": [e[2] for e in d["samples"]]}
+      "samples": [e[2] for e in d["samples"]],
+      **({} if d["attribution_cap"] is None else {"attribution": predicting.attribution_summary(
+          d["attributed"], d["candidates"], d["attribution_cap"])})}

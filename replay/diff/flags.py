@@ -4,6 +4,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common
 from replay.diff import tolerance as tolerances
 from replay.report import report_model
+from transforms.model import flags as model_flags
 
 __all__ = ["DiffOptions", "DiffFlags", "SCOPES"]
 
@@ -49,6 +50,12 @@ class DiffOptions(PipelineOptions):
                         help="Which offline records production is expected to hold: all, or "
                              "production (the keys it saw: the rest are not_served); auto: "
                              "production when its log records partial coverage (a sample).")
+    model_flags.add_arguments(parser, "to predict a side whose log lacks the predict stage and "
+                              "to attribute decision flips to features")
+    parser.add_argument("--attribution_records", type=int, default=100000,
+                        help="Flipped records whose inputs differ that the attribution swaps "
+                             "features back for (the smallest key hashes first; default "
+                             "100000); needs the model.")
     # --output_dir and --overwrite: common.OutputOptions.
 
   @staticmethod
@@ -62,6 +69,10 @@ class DiffOptions(PipelineOptions):
       raise common.UsageError(f"--max_divergent_fraction must be in [0, 1], got {frac}")
     if flags.samples < 0:
       raise common.UsageError(f"--samples must be >= 0, got {flags.samples}")
+    if flags.attribution_records < 0:
+      raise common.UsageError(f"--attribution_records must be >= 0, got "
+                              f"{flags.attribution_records}")
+    model_flags.spec_of(flags)
     return tol
 
 

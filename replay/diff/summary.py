@@ -73,6 +73,12 @@ def _noise(partial, tol, analyzers):
   out = {"records": int(rec["noise"]),
          "why": noise_reasons(rec, tol, analyzers, partial.window_noise, values,
                               partial.window_noise_records)}
+  within = partial.decisions["within_tolerance"]
+  if within and rec["noise"]:
+    bound = tol["features"].get("prediction") or tol["default"]
+    out["why"].append(f"predictions of {within} record(s) differ within the prediction "
+                      f"tolerance (abs {_fmt(bound['abs'])}, rel {_fmt(bound['rel'])}: float "
+                      "noise of float32 scores unless --tolerance prediction=... says otherwise)")
   if partial.window_noise:
     out["window_records"] = partial.window_noise_records
     out["aggregates"] = {name: {"records": int(r), "max_abs_delta": d, "largest": [o, q]}

@@ -47,6 +47,24 @@ def lines(report):
   for c in d.get("by_cause", []):
     if c.get("flips"):
       out.append(f"  cause {_plain(c['stage'])} {_plain(c['field'])}: {c['flips']} flips")
+  return out + _attribution(d)
+
+
+def _attribution(d):
+  """Lines: which feature's difference, swapped back alone, restores the decision."""
+  a = d.get("attribution")
+  if a is None:
+    return ["  (give the diff the model, --model_dir or --model_module, to name the features "
+            "behind the flips)"] if d.get("flips") else []
+  out = []
+  of = (f"{a['attributed']} attributed flips whose inputs differ"
+        + (f" (the first {a['limit']} by key hash of {a['flips_with_differing_inputs']})"
+           if a["attributed"] < a["flips_with_differing_inputs"] else ""))
+  for name, n in a.get("by_feature", {}).items():
+    out.append(f"  {_plain(name)} alone explains {n} of {of}")
+  if a.get("jointly_caused"):
+    out.append(f"  {a['jointly_caused']} of {of}: no single feature restores the decision "
+               "(jointly caused)")
   return out
 
 
@@ -87,6 +105,7 @@ def html(report):
                     "decision-classes"))
   out.extend(f"<p class=\"note\">{_e(line.strip())}</p>\n" for line in lines(report)[1:]
              if "numeric noise" in line)
+  out.extend(f"<p class=\"attribution\">{_e(line.strip())}</p>\n" for line in _attribution(d))
   out.append("<p>|&Delta; prediction| per record (decade bins):</p>\n" + _histogram(d))
   sample = (d.get("samples") or [None])[0]
   if sample:
