@@ -16,7 +16,8 @@ from transforms.beam import loopback
 from transforms.spec.errors import DataError, HelpRequested, UsageError
 from transforms.spec.run_metadata import versions
 
-__all__ = ["UsageError", "DataError", "HelpRequested", "OutputOptions", "JobOptions",
+__all__ = ["UsageError", "DataError", "HelpRequested", "OutputOptions", "ModelOptions",
+           "JobOptions",
            "parse_options", "job_options", "job_help", "versions", "main_wrapper", "exit_now",
            "process_main", "flag_names", "flags_type", "flags_of", "disk_full"]
 
@@ -29,6 +30,22 @@ class OutputOptions(PipelineOptions):
     parser.add_argument("--output_dir", help="Required. Folder to write.")
     parser.add_argument("--overwrite", action="store_true",
                         help="Replace an output folder that holds something else.")
+
+
+class ModelOptions(PipelineOptions):
+  """The model flags (transforms/model/flags.py), for every job that takes a model: one class,
+  so Beam's parser, which gathers every PipelineOptions subclass, defines them once. A job's
+  options class lists it in SHARED."""
+
+  @classmethod
+  def _add_argparse_args(cls, parser):
+    from transforms.model import flags as model_flags
+    model_flags.add_arguments(parser)
+
+
+def _classes(options_class):
+  """A job's options classes: its own, OutputOptions, and the shared ones it lists (SHARED)."""
+  return [options_class, OutputOptions, *getattr(options_class, "SHARED", ())]
 
 
 class JobOptions(PipelineOptions):
@@ -142,9 +159,8 @@ def job_options(argv, options_class, save_main_session, prog=None):
     if module == "__main__":  # run as python -m pkg.job
       module = getattr(sys.modules["__main__"].__spec__, "name", module)
     prog = prog or COMMAND["prog"] or f"python -m {module}"
-    raise HelpRequested(job_help(prog, [options_class, OutputOptions],
-                                 doc))
-  options = parse_options(argv, [options_class, OutputOptions])
+    raise HelpRequested(job_help(prog, _classes(options_class), doc))
+  options = parse_options(argv, _classes(options_class))
   options.view_as(pipeline_options.SetupOptions).save_main_session = save_main_session
   return options, options.view_as(options_class), options.view_as(OutputOptions)
 
@@ -161,7 +177,7 @@ def flags_type(name, options_class, module):
   arguments as a value (what run_job takes), so other jobs compose them (replay.rerun, the
   nightly check) instead of writing argv strings. The flag list stays the options class's."""
   cls = dataclasses.make_dataclass(
-      name, flag_names(options_class) + flag_names(OutputOptions), frozen=True)
+      name, [f for c in _classes(options_class) for f in flag_names(c)], frozen=True)
   cls.__module__ = module  # pickled by reference, as a class written in `module` would be
   cls.__doc__ = f"The flags of {options_class.__name__} and OutputOptions, as one value."
   return cls
@@ -170,7 +186,7 @@ def flags_type(name, options_class, module):
 def flags_of(flags_class, options, options_class, **overrides):
   """flags_class's value from the parsed options' views (each flag's default included), with
   `overrides` (flag name -> value) in place of the parsed ones."""
-  views = (options.view_as(options_class), options.view_as(OutputOptions))
+  views = [options.view_as(c) for c in _classes(options_class)]
   values = {}
   for field in dataclasses.fields(flags_class):
     if field.name in overrides:

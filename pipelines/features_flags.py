@@ -13,6 +13,7 @@ __all__ = ["FeaturesOptions", "FeaturesFlags"]
 
 class FeaturesOptions(PipelineOptions):
   """Flags of pipelines.features."""
+  SHARED = (common.ModelOptions,)  # --model_dir and the other model flags
 
   @classmethod
   def _add_argparse_args(cls, parser):
@@ -37,8 +38,6 @@ class FeaturesOptions(PipelineOptions):
     parser.add_argument("--pii_key_env", default="",
                         help="Name of the environment variable holding the HMAC key of "
                              "--pii_columns (the key itself is never written).")
-
-    model_flags.add_arguments(parser, "the predict stage calls on what the model receives")
 
   @staticmethod
   def check(flags):

@@ -112,3 +112,88 @@ def predict(model_dir, arrays):
   import tensorflow as tf
   fn = tf.saved_model.load(model_dir).signatures["transformed"]
   return fn(**{n: tf.constant(arrays[n]) for n in INPUTS})["probability"].numpy()[:, 0]
+
+
+_LOADED = {}
+
+
+def _probability(model_dir, arrays):
+  """predict() with the SavedModel loaded once per process."""
+  import tensorflow as tf
+  if model_dir not in _LOADED:
+    _LOADED[model_dir] = tf.saved_model.load(model_dir).signatures["transformed"]
+  fn = _LOADED[model_dir]
+  return fn(**{n: tf.constant(arrays[n]) for n in INPUTS})["probability"].numpy()[:, 0]
+
+
+def model_inputs(table):
+  """{input: numpy array} of what the model received per row of a log table: the served value
+  (served__F) where serving logged one, else the transformed value."""
+  out = {}
+  for n in INPUTS:
+    values = table.column("value__" + n).to_numpy(zero_copy_only=False)
+    if "served__" + n in table.schema.names:
+      served = table.column("served__" + n)
+      valid = served.is_valid().to_numpy(zero_copy_only=False)
+      values = np.where(valid, served.cast(table.column("value__" + n).type).fill_null(0)
+                        .to_numpy(zero_copy_only=False), values)
+    out[n] = values
+  return out
+
+
+def matched(off_dir, prod_dir):
+  """(offline rows, production rows) of the keys both logs kept, once on each side (a key
+  duplicated on either side is left out, as the diff leaves it), aligned by key."""
+  import pyarrow.compute as pc
+  sides = []
+  for run in (off_dir, prod_dir):
+    t = log_table(run)
+    counts = pc.value_counts(t.column("key"))
+    dup = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+    sides.append(t.filter(pc.invert(pc.is_in(t.column("key"), value_set=dup))))
+  o, p = sides
+  o = o.filter(pc.is_in(o.column("key"), value_set=p.column("key")))
+  p = p.filter(pc.is_in(p.column("key"), value_set=o.column("key")))
+  return o.sort_by("key"), p.sort_by("key")
+
+
+def expected_decisions(off_dir, prod_dir, model_dir, threshold, prod_model_dir=None):
+  """What the diff must report, computed here with plain TensorFlow on both logs' model inputs:
+  {flips, max_abs_delta, by_feature: {input: flips its swap alone restores}, jointly_caused}
+  for the threshold rule (score >= threshold decides 1)."""
+  o, p = matched(off_dir, prod_dir)
+  xo, xp = model_inputs(o), model_inputs(p)
+  po = _probability(model_dir, xo)
+  pp = _probability(prod_model_dir or model_dir, xp)
+  do, dp = po >= threshold, pp >= threshold
+  flipped = np.flatnonzero(do != dp)
+  differs = {n: ~((xo[n] == xp[n]) | (np.isnan(xo[n]) & np.isnan(xp[n]))
+                  if xo[n].dtype.kind == "f" else xo[n] == xp[n]) for n in INPUTS}
+  restored = {r: [] for r in flipped if any(differs[n][r] for n in INPUTS)}
+  rows = np.array(sorted(restored), np.int64)  # flips whose inputs differ (else: another model)
+  for n in INPUTS:
+    at = rows[differs[n][rows]] if len(rows) else rows
+    if not len(at):
+      continue
+    x = {m: xp[m][at] for m in INPUTS}
+    x[n] = xo[n][at]
+    back = (_probability(prod_model_dir or model_dir, x) >= threshold) == do[at]
+    for r in at[back]:
+      restored[int(r)].append(n)
+  by_feature = {}
+  for names in restored.values():
+    for n in names:
+      by_feature[n] = by_feature.get(n, 0) + 1
+  joint = sum(1 for names in restored.values() if not names)
+  delta = np.abs(po.astype(np.float64) - pp.astype(np.float64))
+  return {"flips": int(len(flipped)), "compared": int(len(po)),
+          "max_abs_delta": float(delta.max(initial=0.0)), "by_feature": by_feature,
+          "jointly_caused": joint, "probabilities": (po, pp)}
+
+
+def threshold_near_median(run_dir, model_dir):
+  """A decision threshold (3 decimals) at the median score of the records the model is unsure
+  of (0.05 < p < 0.95), so that skew and noise can move records across it."""
+  p = _probability(model_dir, model_inputs(log_table(run_dir)))
+  unsure = p[(p > 0.05) & (p < 0.95)]
+  return float(np.round(np.median(unsure), 3))

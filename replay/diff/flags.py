@@ -13,6 +13,7 @@ SCOPES = ("auto", "all", "production")
 
 class DiffOptions(PipelineOptions):
   """Flags of replay.diff."""
+  SHARED = (common.ModelOptions,)  # --model_dir and the other model flags
 
   @classmethod
   def _add_argparse_args(cls, parser):
@@ -50,8 +51,6 @@ class DiffOptions(PipelineOptions):
                         help="Which offline records production is expected to hold: all, or "
                              "production (the keys it saw: the rest are not_served); auto: "
                              "production when its log records partial coverage (a sample).")
-    model_flags.add_arguments(parser, "to predict a side whose log lacks the predict stage and "
-                              "to attribute decision flips to features")
     parser.add_argument("--attribution_records", type=int, default=100000,
                         help="Flipped records whose inputs differ that the attribution swaps "
                              "features back for (the smallest key hashes first; default "

@@ -10,11 +10,14 @@ __all__ = ["add_arguments", "spec_of", "NAMES"]
 NAMES = ("model_dir", "model_module", "model_signature", "model_output", "decision")
 
 
-def add_arguments(parser, use):
+def add_arguments(parser):
   """Adds --model_dir, --model_module, --model_signature, --model_output and --decision to an
-  argparse parser; `use` says what the job does with the model (a --model_dir help phrase)."""
+  argparse parser (pipelines/common.ModelOptions: the jobs share one definition)."""
   parser.add_argument("--model_dir", default="",
-                      help=f"A TensorFlow SavedModel (TFX Trainer export or Keras export) {use} "
+                      help="A TensorFlow SavedModel (TFX Trainer export or Keras export). "
+                           "pipelines.features: the predict stage calls it on what the model "
+                           "receives; replay.diff: it predicts a side whose log lacks the "
+                           "predict stage and attributes decision flips to features "
                            "(docs/features.md, The model and the predict stage). Needs "
                            "--decision.")
   parser.add_argument("--model_module", default="",

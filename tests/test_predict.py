@@ -1,0 +1,185 @@
+"""The predict stage and decision flips, with a real model trained here (tests/taxi_model.py):
+what the features job logs, what the diff reports, each checked against plain TensorFlow run on
+both logs' features by the test itself (not by the code under test)."""
+import json
+import os
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+
+from tests import taxi_model
+from tests.conftest import features
+from transforms.spec.errors import UsageError
+
+
+def _diff(offline, production, out, *flags):
+  from replay.diff import job as diff
+  code = diff.run(["--offline", offline, "--production", production, "--output_dir", str(out)]
+                  + list(flags))
+  with open(os.path.join(str(out), "report.json")) as f:
+    return code, json.load(f)
+
+
+@pytest.fixture(scope="module")
+def model(taxi_runs, taxi_features, tmp_path_factory):
+  """The taxi offline run, a model trained on it (float32 and the same weights in float16), a
+  threshold where the model is unsure, and the offline run with the predict stage."""
+  import tensorflow as tf
+  root = tmp_path_factory.mktemp("predict")
+  ing, off = taxi_runs["direct"], taxi_features["direct"]
+  weights = taxi_model.train(off)
+  fn_dir = os.path.join(off, "transform_fn")
+  m32 = taxi_model.save(weights, str(root / "m32"), fn_dir)
+  m16 = taxi_model.save(weights, str(root / "m16"), fn_dir, dtype=tf.float16)
+  threshold = taxi_model.threshold_near_median(off, m32)
+  rule = f"threshold:{threshold!r}"
+  offm = features(ing, root / "offm", "--model_dir", m32, "--decision", rule)
+  return {"root": root, "ingest": ing, "offline": off, "m32": m32, "m16": m16,
+          "threshold": threshold, "rule": rule, "offm": offm}
+
+
+def test_the_log_holds_the_models_own_prediction_and_decision(model):
+  t = taxi_model.log_table(model["offm"])
+  want = taxi_model.predict(model["m32"], taxi_model.model_inputs(t))
+  got = np.array(t.column("prediction").to_pylist())
+  assert got.shape == (t.num_rows, 1)
+  # float32 scores; TensorFlow's vectorised kernels may round a row 1 ulp apart by its place in
+  # the batch (the job calls the model per log bucket, in key order; here, on all rows)
+  assert np.all(np.abs(got[:, 0] - want) <= 2.0 ** -21 * np.abs(want))  # a few ulps
+  assert np.array_equal(got[:, 0].astype(np.float32), got[:, 0])
+  decided = np.array(t.column("decision").to_pylist())[:, 0]
+  assert np.array_equal(decided, (got[:, 0] >= model["threshold"]).astype(np.int64))
+  assert np.count_nonzero(decided != (want >= model["threshold"])) == 0
+  assert 0 < decided.sum() < t.num_rows  # the threshold splits the records
+  with open(os.path.join(model["offm"], "run_metadata.json")) as f:
+    meta = json.load(f)
+  assert meta["model"]["signature"] == "transformed"  # not serving_default over tf.Examples
+  assert meta["model"]["output"] == "probability" and meta["model"]["decision"] == model["rule"]
+  assert meta["model"]["digest"].startswith("sha256:") and meta["stages"][-1] == "predict"
+
+
+def test_identical_sides_change_no_decision(model, tmp_path):
+  code, r = _diff(model["offm"], model["offm"], tmp_path / "d")
+  assert code == 0
+  d = r["decisions"]
+  assert d["compared"] == r["records"]["matched_keys"] > 0
+  assert d["flips"] == 0 and d["max_abs_delta"] == 0.0
+
+
+def test_the_same_weights_in_float16_part_at_predict_with_exactly_the_flips_tf_computes(
+    model, tmp_path):
+  prod = features(model["ingest"], tmp_path / "p16", "--model_dir", model["m16"],
+                  "--decision", model["rule"])
+  want = taxi_model.expected_decisions(model["offm"], prod, model["m32"], model["threshold"],
+                                       prod_model_dir=model["m16"])
+  code, r = _diff(model["offm"], prod, tmp_path / "d")
+  d = r["decisions"]
+  assert d["flips"] == want["flips"] > 0
+  assert d["compared"] == want["compared"]
+  assert d["max_abs_delta"] == pytest.approx(want["max_abs_delta"], rel=1e-3)
+  assert d["max_abs_delta"] < 0.01  # noise-level deltas: the same weights, another precision
+  # the model inputs are identical: every difference and flip is the model's (or noise)
+  assert set(d["by_stage"]) <= {"predict", "none"}
+  assert sum(e["flips"] for e in d["by_stage"].values()) == want["flips"]
+  assert r["first_divergent_stage"]["predict"] == r["records"]["divergent"] > 0
+  assert {c["field"] for c in r["suspected_causes"] if c["stage"] == "predict"} == {
+      "model.digest"}
+  assert code == 1
+
+
+def test_a_vocabulary_analysed_otherwise_flips_decisions_the_diff_attributes_to_company_id(
+    model, tmp_path):
+  """The skew reaches the decision: production's company vocabulary keeps the 20 most frequent
+  companies (tests/taxi_top_companies.py). Neither log ran a model: the diff's model predicts
+  both and swaps each differing feature back alone."""
+  prod = features(model["ingest"], tmp_path / "top", "--transform_module",
+                  "tests.taxi_top_companies")
+  want = taxi_model.expected_decisions(model["offline"], prod, model["m32"], model["threshold"])
+  code, r = _diff(model["offline"], prod, tmp_path / "d", "--model_dir", model["m32"],
+                  "--decision", model["rule"])
+  d = r["decisions"]
+  assert d["flips"] == want["flips"] > 0
+  assert d["by_stage"]["analyze"]["flips"] == want["flips"]  # the stage the records part at
+  a = d["attribution"]
+  assert a["attributed"] == a["flips_with_differing_inputs"] == want["flips"]
+  assert a["by_feature"] == want["by_feature"] and a["jointly_caused"] == want["jointly_caused"]
+  assert set(a["by_feature"]) == {"company_id"}
+  assert {m.get("predicted_by") for m in d["models"].values()} == {
+      "the diff's --model_dir / --model_module"}
+  # the cap: the first N flips by key hash, deterministic
+  _, capped = _diff(model["offline"], prod, tmp_path / "d5", "--model_dir", model["m32"],
+                    "--decision", model["rule"], "--attribution_records", "5")
+  assert capped["decisions"]["attribution"]["attributed"] == 5
+  assert sum(capped["decisions"]["attribution"]["by_feature"].values()) <= 5
+  assert code == 1
+  with open(os.path.join(str(tmp_path / "d"), "report.html"), encoding="utf-8") as f:
+    page = f.read()
+  assert page.index(f"{want['flips']} decisions change") < page.index("Divergence by first stage")
+  assert "company_id alone explains" in page
+
+
+def test_check_thresholds_on_decisions(model, tmp_path):
+  from replay import check
+  _, r = _diff(model["offline"], model["offline"], tmp_path / "d", "--model_dir", model["m32"],
+               "--decision", model["rule"])
+  th = {"divergent_fraction": 1.0, "stages": {}, "features": {}, "drift": {},
+        "decision_flip_fraction": 0.0, "max_abs_prediction_delta": 0.0}
+  assert check.evaluate(r, th) == []
+  r["decisions"].update(flips=3, flip_fraction=0.5, max_abs_delta=0.25)
+  broken = check.evaluate(r, th)
+  assert len(broken) == 2 and "decision flips 3" in broken[0]
+  del r["decisions"]
+  with pytest.raises(UsageError, match="compare no decision"):
+    check.evaluate(r, th)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model_dir", "{root}/nothing", "--decision", "argmax"], "not a SavedModel"),
+    (["--model_dir", "{m32}"], "needs --decision"),
+    (["--model_dir", "{m32}", "--decision", "maybe"], "is not one of"),
+    (["--model_dir", "{m32}", "--decision", "argmax", "--model_signature", "serving_default"],
+     "takes input 'examples', which the transformed features lack"),
+    (["--model_dir", "{m32}", "--decision", "top_k:3"], "needs at least 3 scores"),
+    (["--decision", "argmax"], "needs --model_dir or --model_module"),
+])
+def test_a_model_that_does_not_fit_is_one_line_before_anything_is_written(model, tmp_path,
+                                                                            flags, message):
+  from pipelines import features as features_job
+  out = tmp_path / "out"
+  argv = ["--input_dir", model["ingest"], "--output_dir", str(out), "--profile",
+          os.path.join(os.path.dirname(os.path.dirname(__file__)), "profiles", "offline.yaml"),
+          "--transform_module", "transforms.taxi"] + [
+              f.format(root=model["root"], m32=model["m32"]) for f in flags]
+  with pytest.raises(UsageError, match=message) as e:
+    features_job.run(argv)
+  assert "\n" not in str(e.value)
+  assert not out.exists() or not os.listdir(out)
+
+
+def test_a_module_hook_predicts_as_the_saved_model_does(model, tmp_path):
+  """--model_module: predict(features) -> scores, here the same weights in numpy."""
+  import tensorflow as tf
+  loaded = tf.saved_model.load(model["m32"])
+  weights = {k: v.numpy() for k, v in loaded.w.items()}
+  hook = tmp_path / "hook.py"
+  np.save(tmp_path / "w.npy", weights, allow_pickle=True)
+  hook.write_text(
+      "import numpy as np\n"
+      f"W = np.load({str(tmp_path / 'w.npy')!r}, allow_pickle=True).item()\n"
+      f"FLOATS = {taxi_model.FLOATS!r}\nIDS = {taxi_model.IDS!r}\n"
+      "def predict(features):\n"
+      "  dense = np.stack([features[n] for n in FLOATS], axis=1).astype(np.float64)\n"
+      "  logit = dense @ W['dense'].astype(np.float64) + float(W['bias'][0])\n"
+      "  for n, size in IDS.items():\n"
+      "    logit = logit + W[n].astype(np.float64)[np.clip(features[n], 0, size - 1)]\n"
+      "  return 1.0 / (1.0 + np.exp(-logit))\n")
+  off = features(model["ingest"], tmp_path / "hooked", "--model_module", str(hook),
+                 "--decision", model["rule"])
+  t = taxi_model.log_table(off)
+  got = np.array(t.column("prediction").to_pylist())[:, 0]
+  want = taxi_model.predict(model["m32"], taxi_model.model_inputs(t))
+  assert np.allclose(got, want, atol=1e-5)  # float64 numpy vs float32 TF
+  with open(os.path.join(off, "run_metadata.json")) as f:
+    assert json.load(f)["model"]["kind"] == "module"
+  assert pc.sum(pc.list_value_length(t.column("decision"))).as_py() == t.num_rows
