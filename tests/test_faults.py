@@ -4,6 +4,10 @@ attributed by replay.diff to the right first stage, with exact counts and the su
 The offline side is the taxi sample with a `trip_id` key column (so a changed value does not
 change the key), ingested and run through pipelines.features once per module. Each fault's
 expected counts are computed here from the data itself, independently of the diff.
+
+Every diff of the catalogue is also given a model trained on the offline side
+(tests/taxi_model.py): its decision flips and their per-feature attribution are computed here
+with plain TensorFlow on both logs' model inputs and must match the report's exactly (_diff).
 """
 import csv
 import glob
@@ -17,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests import logfaults, online_store
+from tests import logfaults, online_store, taxi_model
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
 from transforms.spec import fingerprint
 
@@ -61,12 +65,29 @@ def _log(root):
       os.path.join(root, "feature_log", "*.parquet")))]).sort_by("key")
 
 
+# The catalogue's model: {"dir", "threshold", "rule"}, set by the keyed fixture (one per module).
+_MODEL = {}
+
+
 def _diff(offline, production, out, *flags):
+  """(exit code, report) of the diff given the catalogue's model; the report's decisions are
+  first checked against what plain TensorFlow computes on both logs."""
   from replay.diff import job as diff
+  model = ["--model_dir", _MODEL["dir"], "--decision", _MODEL["rule"]] if _MODEL else []
   code = diff.run(["--offline", offline, "--production", production, "--output_dir", str(out)]
-                  + list(flags))
+                  + list(flags) + model)
   with open(os.path.join(str(out), "report.json")) as f:
-    return code, json.load(f)
+    report = json.load(f)
+  if _MODEL:
+    want = taxi_model.expected_decisions(offline, production, _MODEL["dir"],
+                                         _MODEL["threshold"])
+    d = report["decisions"]
+    assert (d["compared"], d["flips"]) == (want["compared"], want["flips"]), out
+    a = d["attribution"]
+    assert a["attributed"] == a["flips_with_differing_inputs"] == want["flips"], out
+    assert (a["by_feature"], a["jointly_caused"]) == (want["by_feature"],
+                                                      want["jointly_caused"]), out
+  return code, report
 
 
 def _reaches_model(off_root, prod_root, exact=False):
@@ -119,8 +140,13 @@ def keyed(tmp_path_factory):
                 "trip_id", inputs=csv_path)
   p64 = _profile(d, "parquet64", serialization__format="parquet",
                  serialization__float_dtype="float64")
+  offline = features(data, d / "offline")
+  model = taxi_model.save(taxi_model.train(offline), str(d / "model"),
+                          os.path.join(offline, "transform_fn"))
+  threshold = taxi_model.threshold_near_median(offline, model)
+  _MODEL.update(dir=model, threshold=threshold, rule=f"threshold:{threshold!r}")
   return {"dir": d, "csv": csv_path, "ingest": data, "p64": p64,
-          "offline": features(data, d / "offline"),
+          "offline": offline,
           "offline64": features(data, d / "offline64", profile=p64)}
 
 
