@@ -53,7 +53,9 @@ class FeaturesOptions(PipelineOptions):
         raise common.UsageError("--pii_columns needs --pii_key_env, the environment variable "
                                 "holding the HMAC key")
       pii.secret_from_env(flags.pii_key_env)  # UsageError when the key is not there
-    model_flags.spec_of(flags)  # a bad rule, a model flag without a model: before anything
+    # a bad rule, a model flag without a model: before anything (--decision alone is checked
+    # against the dataset's served predictions when the plan reads its manifest)
+    model_flags.spec_of(flags, decision_alone=True)
     # --output_dir and --overwrite: common.OutputOptions.
 
 

@@ -12,9 +12,7 @@ import traceback
 import uuid
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from transforms.graph import quiet
 quiet.import_tensorflow()  # first: TensorFlow's native libraries load without start-up lines
@@ -23,11 +21,12 @@ from apache_beam.io.filesystems import FileSystems
 from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, feature_module, features_output, verify
+from pipelines.features_checks import (_check_event_time, _check_logged_counts,
+                                       _check_served_predictions, read_dataset_column)
 from pipelines.features_flags import FeaturesOptions, model_flags
 from pipelines.feature_module import load_profile_and_module
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.progress import Progress, stage_counts
-from transforms.codec import tfrecord
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
 from transforms.spec import event_time, feature_log, pii, run_files, run_metadata, schema, window
 from transforms.spec import profile as profiles
@@ -85,6 +84,7 @@ def plan_features(opts, pool):
     manifest, columns, aggregates = _dataset_plan(opts, module)
     _check_event_time(opts, module, manifest, dict(columns))
     _check_logged_counts(opts, manifest, aggregates)
+    _check_served_predictions(opts, manifest)
     if opts.transform_fn_dir:
       check_transform_fn_dir(opts.transform_fn_dir, columns, aggregates)
   except (common.UsageError, KeyError, TypeError, ValueError, OSError):
@@ -98,7 +98,8 @@ def plan_features(opts, pool):
                       side=side_of(manifest),
                       pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env,
                                              manifest["key_columns"]),
-                      model=model_flags.spec_of(opts)), verifying
+                      model=model_flags.spec_of(opts, decision_alone=bool(
+                          side_of(manifest).get("prediction")))), verifying
 
 
 def _key_text(columns):
@@ -144,60 +145,6 @@ def _dataset_plan(opts, module):
                             f"{opts.transform_module} does not compute (its "
                             f"WINDOWED_AGGREGATES: {', '.join(declared) or 'none'})")
   return manifest, columns, aggregates
-
-
-def _check_event_time(opts, module, manifest, types):
-  """UsageError unless the dataset's event-time column suits the module's EVENT_TIME_FORMAT:
-  its type (from the manifest), then every value (spec/event_time.check_values: an instant
-  within the plausible years; e.g. an epoch in milliseconds declared as seconds is refused).
-  Reading and checking the one column of every shard is cheap: at 1M rows in 4 Parquet shards,
-  0.03 s for int64 seconds or milliseconds and 0.17 s for ISO-8601 text (measured 2026-12-05,
-  best of 3, on the 2 shared cores)."""
-  column, form, zone = event_time.declaration(module)
-  arrow_type = schema.ARROW_TYPES[types[column]]
-  try:
-    event_time.to_seconds(pa.array([], arrow_type), form, zone)  # the type suits the form
-    for values in read_dataset_column(opts.input_dir, manifest, column, arrow_type):
-      event_time.check_values(values, column, form, zone)
-  except event_time.EventTimeError as e:
-    raise common.UsageError(f"--transform_module {opts.transform_module}: {e}") from None
-
-
-def _check_logged_counts(opts, manifest, aggregates):
-  """UsageError, naming the column and a value, unless every value of a logged count (a count
-  or count_distinct that serving logged in a FLOAT column, the type ingest gives a side column
-  --schema does not type) is a whole number: the window stage takes it as int64."""
-  types = {c["name"]: c["type"] for c in manifest["schema"]["columns"]}
-  by_name = {a["name"]: a for a in aggregates}
-  for column, name in sorted(side_of(manifest)["aggregates"].items()):
-    if window.output_type(by_name[name]) != pa.int64() or types[column] != schema.FLOAT:
-      continue
-    for values in read_dataset_column(opts.input_dir, manifest, column, pa.float64()):
-      valid = values.is_valid().to_numpy(zero_copy_only=False)
-      f = values.fill_null(0).to_numpy(zero_copy_only=False)
-      whole = np.isfinite(f) & (np.floor(f) == f)
-      broken = valid & ~(whole & (np.abs(f) < 2.0 ** 53))  # NaN too: it is not a count
-      if broken.any():
-        i = int(np.flatnonzero(broken)[0])
-        why = "is beyond 2**53" if whole[i] else "is not a whole number"
-        raise common.UsageError(f"logged aggregate column {column!r}: {float(f[i])!r} {why}, "
-                                f"and {name} is a {by_name[name]['fn']}")
-
-
-def read_dataset_column(input_dir, manifest, column, arrow_type):
-  """A column of an ingest dataset (the event time, a logged aggregate), one array per shard in
-  manifest order: from its Parquet shards (exact values), or from its TFRecord shards when it
-  has no Parquet."""
-  shards = manifest["shards"]
-  form = "parquet" if any(s["format"] == "parquet" for s in shards) else "tfrecord"
-  for shard in (s for s in shards if s["format"] == form):
-    with FileSystems.open(FileSystems.join(input_dir, shard["path"]),
-                          compression_type="uncompressed") as f:
-      if form == "parquet":
-        yield pq.read_table(f, columns=[column]).column(column).combine_chunks()
-      else:
-        yield tfrecord.decode_tfrecord(f.read(), [(column, arrow_type)]).column(
-            column).combine_chunks()
 
 
 def check_transform_fn_dir(transform_fn_dir, columns=None, aggregates=(),
@@ -311,16 +258,40 @@ def build_pipeline(plan, options, temp_dir):
   if plan.model.given():  # the model against the transformed features: before anything runs
     from transforms.model import load
     plan.model_identity.update(load.load(plan.model, transform.output_dtypes).identity())
+  if side.get("prediction") and plan.model.decision:  # what serving answered, and who
+    plan.model_identity.update(_served_identity(plan, side))
   transformed = transformed | "ProgressTransform" >> Progress("features", "transform")
   _ = ((staged, transformed, windowed[DROPPED])
        | "FeatureLog" >> WriteFeatureLog(temp_dir, plan.log_buckets, event,
                                          event_format=event_format, event_zone=event_zone,
                                          served=tuple(side["served"].items()),
                                          aggregates=names, pii=plan.pii_rule,
-                                         model=plan.model)
+                                         model=plan.model, prediction=next(
+                                             iter(side.get("prediction", {})), None))
        | "CollectBuckets" >> beam.combiners.ToList()
        | "WriteLogInfo" >> beam.Map(_write_json, FileSystems.join(temp_dir, LOG_INFO)))
   return p
+
+
+# Context columns (ingest --envelope) whose values name the model that answered: recorded in
+# run metadata's model (their distinct values), where the diff's causes at predict read them.
+IDENTITY_COLUMNS = ("deployed_model_id", "model_version", "device", "runtime")
+
+
+def _served_identity(plan, side):
+  """run metadata `model` fields of a dataset with served predictions: the column, and each
+  identity context column's distinct values (comma-joined, sorted); with no model of the run's
+  own, what it is (served) and the decision rule."""
+  out = {"served": next(iter(side["prediction"]))}
+  if not plan.model.given():
+    out.update(source="served", kind="served", digest=None, decision=plan.model.decision)
+  for column in sorted(side.get("context", {})):
+    if column in IDENTITY_COLUMNS:
+      values = set()
+      for arr in read_dataset_column(plan.input_dir, plan.manifest, column, pa.string()):
+        values |= set(arr.cast(pa.string()).drop_null().unique().to_pylist())
+      out[column] = ",".join(sorted(values))
+  return out
 
 
 def _write_json(value, path):

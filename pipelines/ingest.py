@@ -33,8 +33,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common, dataset, ingest_columns
 from transforms.spec import schema
 from transforms.spec.errors import DataError
-from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, coverage_entry, side_entry,
-                                    side_names)
+from transforms.spec.dataset import (COVERAGE_KINDS, FORMATS, PREDICTION, coverage_entry,
+                                    side_entry, side_names)
 from transforms.spec.stages import RESERVED
 from transforms.stages.infer_types import InferTypes
 from transforms.stages.key_rows import KeyRows
@@ -88,6 +88,12 @@ class IngestOptions(PipelineOptions):
                         help="Side columns holding a windowed aggregate as serving's online "
                              "store computed it: COLUMN=AGGREGATE,... Kept beside the record, "
                              "outside its fingerprints; FLOAT when a --schema does not type it.")
+    parser.add_argument("--served_prediction", default="",
+                        help="The column holding what the model answered, as serving logged "
+                             "it (a score, a list of scores or an object; kept as its JSON "
+                             "text, BYTES): production's prediction at the predict stage "
+                             "(docs/features.md). Kept beside the record, outside its "
+                             "fingerprints.")
     parser.add_argument("--num_shards", type=int, default=0,
                         help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",
@@ -146,9 +152,12 @@ class IngestOptions(PipelineOptions):
                         _pairs(flags.logged_aggregates, "--logged_aggregates",
                                "COLUMN=AGGREGATE"),
                         {n.strip(): p.strip() for n, _, p in
-                         (item.partition("=") for item in _items(flags.envelope))})
+                         (item.partition("=") for item in _items(flags.envelope))},
+                        {flags.served_prediction.strip(): PREDICTION}
+                        if flags.served_prediction.strip() else None)
     except ValueError as e:
-      raise common.UsageError(f"--served/--logged_aggregates/--envelope: {e}") from None
+      raise common.UsageError(f"--served/--logged_aggregates/--envelope/--served_prediction: "
+                              f"{e}") from None
     return formats, coverage, side
 
 
@@ -193,6 +202,7 @@ def _source_options(opts, paths, payload_names):
   return sources.SourceOptions(format=fmt, record_path=record_path, preset=opts.preset or None,
                                envelope=envelope, payload_names=tuple(payload_names),
                                block_bytes=opts.csv_block_bytes,
+                               text_columns=tuple(c for c in [opts.served_prediction.strip()] if c),
                                **_dialect(opts))
 
 
@@ -309,10 +319,12 @@ def plan_ingest(opts):
   # A side column --schema does not type is FLOAT: a served value, a mean, a sum, and a count
   # too (exact up to 2**53; the features job checks it is whole before it runs).
   side_columns = {c: schema.FLOAT for c in [*side["served"], *side["aggregates"]]}
+  side_columns.update((c, schema.BYTES) for c in side.get("prediction", {}))  # JSON text
   unknown = sorted(c for c in side_columns if c not in names)
   if unknown:
-    raise common.UsageError(f"--served/--logged_aggregates column(s) not in the input's "
-                            f"columns: {', '.join(unknown)}")
+    raise common.UsageError(f"--served/--logged_aggregates/--served_prediction column(s) not "
+                            f"in the input's columns: {', '.join(unknown)}"
+                            + ingest_columns.hint(names, source))
   keyed = sorted(set(side_columns) & set(key_columns))
   if keyed:
     raise common.UsageError(f"key column(s) {', '.join(keyed)} cannot be side columns")

@@ -63,7 +63,8 @@ def iter_batches(f, path, names, file_index, opts):
       fields = list(zip(decoded.schema.names, decoded.columns))
       whole = len(pos) == len(raw)
       outs.append(sources.finish(fields, names, file_index, first + number[pos],
-                                 raw if whole else raw.take(pa.array(pos))))
+                                 raw if whole else raw.take(pa.array(pos)),
+                                 text_columns=opts.text_columns))
     if not outs:
       outs.append((sources.empty_batch(names), []))
     outs[0] = (outs[0][0], rejected + outs[0][1])

@@ -252,7 +252,7 @@ class _Reader:
       fields = [(k, v) for k, v in fields if k not in dict(envelope)]
       fields += [(name, values.take(pa.array(line))) for name, values in envelope]
       outs.append(sources.finish(fields, self.names, self.file_index, numbers[line], raw, reasons,
-                                 terminated=True))
+                                 terminated=True, text_columns=opts.text_columns))
     rejected = []
     for line, payload, own, why in units.rejects:
       raw = units.raw(line_raw, line, payload, lambda mine, own=own: own.filter(pa.array(mine)))

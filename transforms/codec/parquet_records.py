@@ -66,6 +66,7 @@ def iter_batches(f, path, names, file_index, opts):
     raw = sources.render_json(pa.StructArray.from_arrays(rb.columns, fields=list(rb.schema))) \
         if rb.num_columns else pa.array([b"{}"] * n, pa.large_binary())
     batch, rejected = sources.finish(list(zip(rb.schema.names, rb.columns)), names, file_index,
-                                     np.arange(first, first + n, dtype=np.int64), raw)
+                                     np.arange(first, first + n, dtype=np.int64), raw,
+                                     text_columns=opts.text_columns)
     first += n
     yield batch, rejected, n

@@ -68,6 +68,9 @@ class SourceOptions:
   block_bytes: int = 8 << 20
   delimiter: str = csv_records.DELIMITER  # a CSV file's field delimiter (one character)
   quote_char: str = csv_records.QUOTE  # a CSV file's quote character (one character)
+  # Columns kept as JSON text: a list or object value there is its JSON text (render_json),
+  # not a rejected record (ingest --served_prediction: a model's scores, in any shape).
+  text_columns: tuple = ()
 
   @property
   def dialect(self):
@@ -160,7 +163,8 @@ def empty_batch(names):
   return finish([], names, 0, np.zeros(0, np.int64), pa.array([], pa.large_binary()))[0]
 
 
-def finish(fields, names, file_index, numbers, raw, reasons=None, terminated=False):
+def finish(fields, names, file_index, numbers, raw, reasons=None, terminated=False,
+           text_columns=()):
   """(batch, rejected) from a reader's decoded records.
 
   fields: [(name, Arrow array)] of the records' values, of any type; numbers: each record's
@@ -168,13 +172,14 @@ def finish(fields, names, file_index, numbers, raw, reasons=None, terminated=Fal
   line terminator, which rejects drop); reasons: an object array of reasons already found
   (None: none yet). A list of one value is that value and an empty list is null (tf.Example
   and Parquet lists, JSON arrays); a record is rejected when a value is an object or a list of
-  more than one value, or when it has a value in a column not among `names`.
+  more than one value, or when it has a value in a column not among `names`. In the
+  `text_columns`, a list or object value is kept as its JSON text instead (render_json).
   """
   n = len(numbers)
   reasons = np.full(n, None, dtype=object) if reasons is None else reasons.copy()
   wanted, columns, unknown = set(names), {}, []
   for name, arr in fields:
-    values, bad = _scalars(arr, name)
+    values, bad = _as_text(arr) if name in text_columns else _scalars(arr, name)
     for i, why in bad:
       reasons[i] = why if reasons[i] is None else f"{reasons[i]}; {why}"
     if name in wanted:
@@ -199,6 +204,18 @@ def finish(fields, names, file_index, numbers, raw, reasons=None, terminated=Fal
     text = raw[int(i)].as_py()
     rejected.append((int(numbers[i]), text.rstrip(b"\r\n") if terminated else text, reasons[i]))
   return batch.filter(pa.array(reasons == None)), rejected  # noqa: E711
+
+
+def _as_text(arr):
+  """(JSON text of each list or object value, []) -- a scalar column is left as it is."""
+  if isinstance(arr, pa.ChunkedArray):
+    arr = arr.combine_chunks()
+  t = arr.type
+  if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+          or pa.types.is_struct(t) or pa.types.is_map(t)):
+    return _scalars(arr, "")[0], []
+  text = render_json(arr).cast(pa.large_string())
+  return pc.if_else(arr.is_valid(), text, pa.scalar(None, pa.large_string())), []
 
 
 def _scalars(arr, name):

@@ -33,9 +33,10 @@ def add_arguments(parser):
                            "decides 1), argmax or top_k:K.")
 
 
-def spec_of(flags):
+def spec_of(flags, decision_alone=False):
   """The ModelSpec of the model flags (not given when no model); UsageError for a rule without
-  a model, a model without a rule, two models, or a rule that is not one."""
+  a model (unless decision_alone: a dataset whose served predictions the rule decides on), a
+  model without a rule, two models, or a rule that is not one."""
   spec = ModelSpec(model_dir=flags.model_dir or None, module=flags.model_module or None,
                    signature=flags.model_signature or None, output=flags.model_output or None,
                    decision=flags.decision or None)
@@ -43,8 +44,12 @@ def spec_of(flags):
     raise UsageError("--model_dir and --model_module: give one model")
   if not spec.given():
     for name in NAMES[2:]:
-      if getattr(flags, name):
-        raise UsageError(f"--{name} needs --model_dir or --model_module")
+      if getattr(flags, name) and not (decision_alone and name in ("decision", "model_output")):
+        raise UsageError(f"--{name} needs --model_dir or --model_module" + (
+            " (or a dataset with served predictions, ingest --served_prediction)"
+            if name == "decision" else ""))
+    if spec.decision:
+      decision.parse(spec.decision)
     return spec
   if not spec.decision:
     raise UsageError(f"{spec.flag()} needs --decision (threshold:T, argmax or top_k:K)")

@@ -30,26 +30,43 @@ def predictor(spec, features):
     return _LOADED[key]
 
 
-def predict_columns(predictor, inputs, mask=None):
+def predict_columns(predictor, inputs, mask=None, served=None, rule=None):
   """{fp_predict, prediction, decision} of every row of `inputs` (the model's inputs, one column
-  per transformed feature); rows where `mask` (bool numpy array) is True did not reach the
-  model and are null in all three."""
+  per transformed feature). Rows where `mask` (bool numpy array) is True did not reach the model.
+  served: (scores[n, width], valid[n]) of what serving answered (spec/decision.scores_of_text),
+  taken as the prediction where valid; the model (`predictor`; None: none given) predicts the
+  other rows. rule: the decision rule (default: the predictor's). A row with no prediction is
+  null in all three."""
   n = inputs.num_rows
-  if mask is None:
-    full = predictor.predict(inputs)
-  else:
-    rows = np.flatnonzero(~mask)
-    scores = predictor.predict(inputs.take(pa.array(rows, pa.int64())))
-    full = np.zeros((n, scores.shape[1] if len(rows) else (predictor.width or 1)))
-    full[rows] = scores
-  decisions = predictor.rule.decide(full)
+  rule = rule or predictor.rule
+  reached = np.ones(n, bool) if mask is None else ~mask
+  have = np.zeros(n, bool) if served is None else served[1] & reached
+  need = reached & ~have if predictor is not None else np.zeros(n, bool)
+  width = served[0].shape[1] if served is not None and have.any() else None
+  if need.all():
+    scores = predictor.predict(inputs)
+  elif need.any():
+    scores = predictor.predict(inputs.take(pa.array(np.flatnonzero(need), pa.int64())))
+  if need.any():
+    if width is not None and scores.shape[1] != width:
+      raise ValueError(f"serving logged {width} scores per record, the model gives "
+                       f"{scores.shape[1]}")
+    width = scores.shape[1]
+  full = np.zeros((n, width or (predictor.width if predictor else None) or 1))
+  if need.any():
+    full[need] = scores
+  if have.any():
+    full[have] = served[0][have]
+  null = ~(need | have)
+  null = null if null.any() else None
+  decisions = rule.decide(full)
   prediction = decision.prediction_array(full)
   chosen = decision.decision_array(decisions)
-  if mask is not None:
-    prediction = _with_nulls(prediction, mask)
-    chosen = _with_nulls(chosen, mask)
+  if null is not None:
+    prediction = _with_nulls(prediction, null)
+    chosen = _with_nulls(chosen, null)
   fp = fingerprint.fingerprint_batch(decision.fingerprint_fields(full, decisions))
-  return {FP_PREDICT: pa.array(fp, mask=mask), PREDICTION: prediction, DECISION: chosen}
+  return {FP_PREDICT: pa.array(fp, mask=null), PREDICTION: prediction, DECISION: chosen}
 
 
 def _with_nulls(lists, mask):

@@ -2,7 +2,7 @@
 format tag, and the dead-letter record (manifests/dataset_manifest.schema.json)."""
 
 __all__ = ["MANIFEST", "MANIFEST_FORMAT", "SCHEMA_FILE", "FORMATS", "REJECTED_PATH", "TEMP_PREFIX",
-           "COVERAGE_KINDS", "coverage_entry", "coverage_of", "SIDE_ROLES", "side_entry",
+           "COVERAGE_KINDS", "coverage_entry", "coverage_of", "SIDE_ROLES", "PREDICTION", "side_entry",
            "side_of", "side_names", "record_columns", "shard_name", "rejected_row"]
 
 MANIFEST, SCHEMA_FILE = "manifest.json", "schema.pbtxt"
@@ -61,24 +61,34 @@ def coverage_of(doc):
 # values become the `serve` stage, logged aggregates replace the window stage's own counts.
 # "context" ({column: the request-log field it came from}, ingest --envelope): the log's context
 # (a request id, a logging time), kept in the dataset and never fed to the transform.
-SIDE_ROLES = ("served", "aggregates")
+# "prediction" ({column: PREDICTION}, ingest --served_prediction): what the model answered, as
+# serving logged it (BYTES: its JSON text, spec/decision.scores_of_text); pipelines.features
+# takes it as the record's prediction at the `predict` stage.
+SIDE_ROLES = ("served", "aggregates", "prediction")
+PREDICTION = "prediction"
 
 
-def side_entry(served=None, aggregates=None, context=None):
+def side_entry(served=None, aggregates=None, context=None, prediction=None):
   """The side-column record: {"served": {column: feature}, "aggregates": {column: aggregate}}
-  and, when there is any, "context": {column: field}; ValueError when a column has two roles or
-  two columns name one feature or aggregate."""
+  and, when there is any, "context": {column: field} and "prediction": {column: PREDICTION};
+  ValueError when a column has two roles or two columns name one feature, aggregate or the
+  prediction."""
   out = {"served": dict(sorted((served or {}).items())),
          "aggregates": dict(sorted((aggregates or {}).items()))}
   if context:
     out["context"] = dict(sorted(context.items()))
-  roles = {"served": "served", "aggregates": "a logged aggregate", "context": "an envelope column"}
-  for a, b in (("served", "aggregates"), ("served", "context"), ("aggregates", "context")):
-    both = sorted(set(out[a]) & set(out.get(b, {})))
+  if prediction:
+    out["prediction"] = dict(sorted(prediction.items()))
+  roles = {"served": "served", "aggregates": "a logged aggregate", "context": "an envelope column",
+           "prediction": "the served prediction"}
+  for a, b in (("served", "aggregates"), ("served", "context"), ("aggregates", "context"),
+               ("served", "prediction"), ("aggregates", "prediction"),
+               ("context", "prediction")):
+    both = sorted(set(out.get(a, {})) & set(out.get(b, {})))
     if both:
       raise ValueError(f"column(s) {', '.join(both)} both {roles[a]} and {roles[b]}")
   for role in SIDE_ROLES:
-    targets = list(out[role].values())
+    targets = list(out.get(role, {}).values())
     twice = sorted({t for t in targets if targets.count(t) > 1})
     if twice:
       raise ValueError(f"{role}: {', '.join(twice)} named by more than one column")
@@ -91,8 +101,9 @@ def side_of(manifest):
 
 
 def side_names(side):
-  """The names of a side entry's columns (served, aggregates and context), sorted."""
-  return sorted(set(side["served"]) | set(side["aggregates"]) | set(side.get("context", {})))
+  """The names of a side entry's columns (served, aggregates, context, prediction), sorted."""
+  return sorted(set(side["served"]) | set(side["aggregates"]) | set(side.get("context", {}))
+                | set(side.get("prediction", {})))
 
 
 def record_columns(manifest):

@@ -19,7 +19,7 @@ import pyarrow as pa
 from transforms.spec.errors import UsageError
 
 __all__ = ["Rule", "parse", "PREDICTION_TYPE", "DECISION_TYPE", "as_scores", "prediction_array",
-           "decision_array", "fingerprint_fields", "margin"]
+           "decision_array", "fingerprint_fields", "scores_of_text", "margin"]
 
 PREDICTION_TYPE = pa.list_(pa.float64())  # the log's prediction column
 DECISION_TYPE = pa.list_(pa.int64())      # the log's decision column
@@ -85,6 +85,77 @@ def as_scores(output, rows):
     raise ValueError(f"the model returned shape {list(out.shape)} for {rows} records; it must "
                      "return [records] or [records, scores]")
   return out.astype(np.float64)
+
+
+def scores_of_text(column, output=None):
+  """(float64 scores[n, width], valid bool[n]) of a served-prediction column (ingest
+  --served_prediction): FLOAT, one score; or BYTES, each row the JSON text serving logged -- a
+  number, a list of numbers (or a one-element list of such a list), an object whose field
+  `output` (or only field) holds one of those -- or comma-separated numbers (a CSV response).
+  Rows are parsed in one pass per shape (each text wrapped as {"v": [text]}, read with
+  pyarrow.json; texts starting with "[", with "{" and the others apart, so a log mixing numbers
+  and lists reads). A null row is not valid. ValueError naming the first problem: rows of
+  different widths, an object without the field, a value that is not numbers."""
+  import pyarrow.compute as pc
+  arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+  valid = arr.is_valid().to_numpy(zero_copy_only=False)
+  n = len(arr)
+  if pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type):
+    return arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)[:, None], valid
+  text = arr.cast(pa.large_string())
+  first = pc.utf8_slice_codeunits(pc.utf8_ltrim_whitespace(text), 0, 1).fill_null("")
+  out, width = None, None
+  for mark in ("[", "{", None):
+    rows = valid & (first.to_numpy(zero_copy_only=False) == mark if mark else
+                    ~np.isin(first.to_numpy(zero_copy_only=False), ["[", "{"]))
+    if not rows.any():
+      continue
+    scores = _parsed(text.filter(pa.array(rows)), output)
+    if width is not None and scores.shape[1] != width:
+      raise ValueError(f"served predictions of {width} and {scores.shape[1]} scores: every "
+                       "record needs the same number")
+    width = scores.shape[1]
+    out = np.full((n, width), np.nan) if out is None else out
+    out[rows] = scores
+  return (np.full((n, 1), np.nan) if out is None else out), valid
+
+
+def _parsed(texts, output):
+  """float64 scores[len(texts), width] of served-prediction texts of one shape."""
+  import pyarrow.compute as pc
+  import pyarrow.json as pj
+  from transforms.codec.json_values import joined
+  data, _ = joined(texts, b'{"v":[', b"]}\n")
+  try:
+    v = pj.read_json(pa.BufferReader(data)).column("v").combine_chunks()
+  except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+    raise ValueError(f"served predictions that are not numbers, lists or objects of them "
+                     f"({e})") from None
+  for _ in range(3):  # unwrap: objects to their field, one-element lists of lists to the list
+    inner = v.type.value_type
+    if pa.types.is_struct(inner):
+      names = [f.name for f in inner]
+      name = output if output is not None else (names[0] if len(names) == 1 else None)
+      if name not in names:
+        raise ValueError(f"served predictions are objects of {', '.join(names)}; name the "
+                         "field holding the scores with --model_output")
+      v = pa.ListArray.from_arrays(v.offsets, pc.struct_field(v.values, [name]))
+      continue
+    if pa.types.is_list(inner) or pa.types.is_large_list(inner):
+      lengths = pc.list_value_length(v).to_numpy(zero_copy_only=False)
+      if not (lengths == 1).all():
+        raise ValueError("served predictions hold several lists of scores per record")
+      v = v.flatten()
+      continue
+    break
+  if not (pa.types.is_floating(v.type.value_type) or pa.types.is_integer(v.type.value_type)):
+    raise ValueError(f"served predictions are not numbers ({v.type.value_type})")
+  widths = pc.list_value_length(v).to_numpy(zero_copy_only=False)
+  if widths.min() != widths.max() or widths.min() == 0:
+    raise ValueError(f"served predictions of {int(widths.min())} and {int(widths.max())} "
+                     "scores: every record needs the same number")
+  values = v.flatten().cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+  return values.reshape(len(texts), int(widths[0]))
 
 
 def prediction_array(scores):

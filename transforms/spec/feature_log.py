@@ -34,7 +34,7 @@ from transforms.spec.stages import FP_STAGES, LOG_HASH, OPTIONAL_STAGES, RAW_FP,
 
 __all__ = ["LOG_DIR", "TRANSFORMED_DIR", "TRANSFORM_FN_DIR", "ASSETS_DIR", "LOG_SEED", "KEY",
            "EVENT_TIME", "WINDOW_START", "WINDOW_END", "SHARD_ID", "DROPPED_STAGE", "DROP_REASON",
-           "PREDICTION", "DECISION", "HEAD", "STAGE_COLUMNS", "fp_column", "value_column", "served_column",
+           "PREDICTION", "DECISION", "SERVED_PREDICTION", "HEAD", "STAGE_COLUMNS", "fp_column", "value_column", "served_column",
            "aggregate_column", "aggregates_of", "input_column", "inputs_of", "feature_fp_column",
            "feature_of", "is_served_column", "served_of", "cast_served", "served_values",
            "model_inputs",
@@ -52,6 +52,9 @@ KEY, EVENT_TIME, WINDOW_START, WINDOW_END, SHARD_ID = (
     "key", "event_time", "window_start", "window_end", "shard_id")
 DROPPED_STAGE, DROP_REASON = "dropped_stage", "drop_reason"
 PREDICTION, DECISION = "prediction", "decision"  # the predict stage's values (spec/decision.py)
+# A head part's column of the served prediction (ingest --served_prediction), read by the merge
+# into `prediction`; not a column of the log.
+SERVED_PREDICTION = "served_prediction"
 _FP, _VALUE, _FEATURE_FP, _SERVED = "fp_", "value__", "fp__", "served__"
 _AGGREGATE, _INPUT = "aggregate__", "input__"
 

@@ -29,7 +29,7 @@ from apache_beam.transforms.window import GlobalWindows
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.ahead import AheadDoFn
 from transforms.codec import tfrecord
-from transforms.spec import event_time
+from transforms.spec import decision, event_time
 from transforms.model import predict as predict_records
 from transforms.spec import feature_log as log_format
 from transforms.spec import fingerprint
@@ -88,13 +88,14 @@ def _one_value(arr):
   return arr.flatten()
 
 
-def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii()):
+def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii(), prediction=None):
   """The log's stage columns of a batch of dropped records or of records going into TFT;
   event: (column, format, zone), the event time logged in Unix seconds (spec/window.py);
   served: ((side column, feature), ...), logged as served__F for records going into TFT;
   aggregates: the windowed aggregates' names, logged as aggregate__A for those records (the
   window stage's value, spec/window.window_value_column); pii:
-  the key logged hashed when it is PII."""
+  the key logged hashed when it is PII; prediction: the served-prediction side column, carried
+  as SERVED_PREDICTION for records going into TFT."""
   n = batch.num_rows
   column, form, zone = event
   key = batch.column(KEY)
@@ -119,6 +120,8 @@ def _head(batch, event, dropped, served=(), aggregates=(), pii=Pii()):
       cols[served_column(feature)] = batch.column(column)
     for name in sorted(aggregates):  # the window stage's value, in its spec/window.output_type
       cols[aggregate_column(name)] = batch.column(window_value_column(name))
+    if prediction:
+      cols[log_format.SERVED_PREDICTION] = batch.column(prediction)
   return cols
 
 
@@ -150,17 +153,19 @@ class _WriteHeadPartsFn(AheadDoFn):
 
   def __init__(self, temp_dir, num_buckets, event_column, dropped,
                event_format=event_time.DEFAULT_FORMAT, event_zone=event_time.DEFAULT_ZONE,
-               served=(), aggregates=(), pii=Pii()):
+               served=(), aggregates=(), pii=Pii(), prediction=None):
     self._dir = FileSystems.join(temp_dir, _PARTS)
     self._num_buckets = num_buckets
     self._event = (event_column, event_format, event_zone)
     self._dropped = dropped
     self._served, self._aggregates, self._pii = tuple(served), tuple(aggregates), pii
+    self._prediction = prediction
 
   def work(self, batch):
     if not batch.num_rows:
       return []
-    cols = _head(batch, self._event, self._dropped, self._served, self._aggregates, self._pii)
+    cols = _head(batch, self._event, self._dropped, self._served, self._aggregates, self._pii,
+                 self._prediction)
     if self._dropped:
       hashes, kind = log_hash(cols[LOG_KEY]), b"dropped"
     else:
@@ -248,7 +253,8 @@ def _merged_log(heads, kept, dropped, bucket, pii=Pii(), model=None):
                      "rows came back")
   served = sorted({f for t in heads for f in served_of(t.schema.names)})
   aggregates = sorted({a for t in heads for a in aggregates_of(t.schema.names)})
-  extra = [served_column(f) for f in served] + [aggregate_column(a) for a in aggregates]
+  extra = [served_column(f) for f in served] + [aggregate_column(a) for a in aggregates] + [
+      log_format.SERVED_PREDICTION]
   head = pa.concat_tables([t.select(_HEAD + [c for c in extra if c in t.schema.names])
                            for t in heads + dropped], promote_options="default")
   order = pc.sort_indices(head, _ORDER)
@@ -289,9 +295,13 @@ def _merged_log(heads, kept, dropped, bucket, pii=Pii(), model=None):
     if n in served_values:
       cols[served_column(n)] = served_values[n] if n not in hidden else \
           pii.hashed(served_values[n])
-  if model is not None and model.given():  # the predict stage (spec/stages.py PREDICT)
+  logged = log_format.SERVED_PREDICTION in head.schema.names  # what serving answered
+  if model is not None and (model.given() or logged):  # the predict stage (stages.PREDICT)
     cols.update(predict_records.predict_columns(
-        predict_records.predictor(model, dict(zip(names, values.schema.types))), inputs, mask))
+        predict_records.predictor(model, dict(zip(names, values.schema.types)))
+        if model.given() else None, inputs, mask, decision.scores_of_text(
+            head.column(log_format.SERVED_PREDICTION).take(order), model.output)
+        if logged else None, decision.parse(model.decision)))
   log = pa.table(cols)
   keys = log.column(LOG_KEY)
   if len(keys) > 1 and pc.any(pc.equal(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py():
@@ -376,7 +386,7 @@ class WriteFeatureLog(beam.PTransform):
 
   def __init__(self, temp_dir, num_buckets, event_column, event_format=event_time.DEFAULT_FORMAT,
                event_zone=event_time.DEFAULT_ZONE, served=(), aggregates=(), pii=Pii(),
-               model=None):
+               model=None, prediction=None):
     super().__init__()
     self._temp_dir = temp_dir
     self._num_buckets = num_buckets
@@ -384,6 +394,7 @@ class WriteFeatureLog(beam.PTransform):
     self._served = tuple(served)  # ((side column, feature), ...): spec/dataset.py side columns
     self._aggregates = tuple(aggregates)  # windowed aggregate names, logged as aggregate__A
     self._pii, self._model = pii, model  # model: a ModelSpec, the predict stage's
+    self._prediction = prediction  # the served-prediction side column (or None)
 
   def expand(self, pcolls):
     staged, transformed, dropped = pcolls
@@ -393,7 +404,7 @@ class WriteFeatureLog(beam.PTransform):
     parts = (
         staged | "WriteHeadParts" >> beam.ParDo(
             _WriteHeadPartsFn(*args, False, served=self._served, aggregates=self._aggregates,
-                              **kwargs)),
+                              prediction=self._prediction, **kwargs)),
         transformed | "WriteTransformedParts" >> beam.ParDo(
             _WriteValuesPartsFn(self._temp_dir, self._num_buckets)),
         dropped | "WriteDroppedParts" >> beam.ParDo(_WriteHeadPartsFn(*args, True, **kwargs)),
