@@ -183,3 +183,77 @@ def test_a_module_hook_predicts_as_the_saved_model_does(model, tmp_path):
   with open(os.path.join(off, "run_metadata.json")) as f:
     assert json.load(f)["model"]["kind"] == "module"
   assert pc.sum(pc.list_value_length(t.column("decision"))).as_py() == t.num_rows
+
+
+def _served_log(model, path, answer):
+  """The taxi records as JSON Lines, each with what serving answered (`answer(key, scores, i)`
+  -> (JSON value, deployed model id)): the offline run's own records, so keys and inputs match."""
+  import glob
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  shards = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
+      os.path.join(model["ingest"], "parquet", "*.parquet")))])
+  log = taxi_model.log_table(model["offm"])
+  scores = dict(zip(log.column("key").to_pylist(), log.column("prediction").to_pylist()))
+  columns = [c for c in shards.schema.names if not c.startswith("__")]
+  with open(path, "w", encoding="utf-8") as f:
+    for i, row in enumerate(shards.to_pylist()):
+      value, deployed = answer(row["__key__"], scores[row["__key__"]], i)
+      f.write(json.dumps({**{c: row[c] for c in columns}, "pred": value,
+                          "deployed_model_id": deployed}) + "\n")
+  return str(path)
+
+
+def _served_run(model, tmp_path, name, answer, *flags):
+  from tests.conftest import ingest
+  data = ingest(tmp_path / f"{name}_ingest", "--served_prediction", "pred", "--envelope",
+                "deployed_model_id=deployed_model_id", "--schema_from", model["ingest"],
+                "--num_shards", "4", inputs=_served_log(model, tmp_path / f"{name}.jsonl", answer))
+  return features(data, tmp_path / name, "--transform_fn_dir",
+                  os.path.join(model["offline"], "transform_fn"), *flags)
+
+
+def test_served_answers_that_are_the_models_own_change_no_decision(model, tmp_path):
+  """A JSON Lines serving log with the response beside each request: a bare score on even
+  lines, a list of scores on odd ones, another model version's answers nowhere."""
+  prod = _served_run(model, tmp_path, "own", lambda key, s, i: (s if i % 2 else s[0], "m-1"),
+                     "--decision", model["rule"])
+  with open(os.path.join(prod, "run_metadata.json")) as f:
+    meta = json.load(f)["model"]
+  assert (meta["kind"], meta["served"], meta["deployed_model_id"]) == ("served", "pred", "m-1")
+  code, r = _diff(model["offm"], prod, tmp_path / "d")
+  assert r["decisions"]["compared"] == r["records"]["matched_keys"] > 0
+  assert r["decisions"]["flips"] == 0 and r["decisions"]["max_abs_delta"] == 0.0
+  assert r["records"]["identical"] == r["records"]["matched_keys"] and code == 0
+
+
+def test_another_model_version_answering_some_requests_parts_at_predict(model, tmp_path):
+  """One request in 20 answered by model m-2, whose score is 1 - p: the inputs are identical,
+  the prediction is not; the cause names the deployed model ids. Both sides log it."""
+  other = lambda key, s, i: ([1.0 - s[0]], "m-2") if i % 20 == 0 else (s, "m-1")  # noqa: E731
+  base = _served_run(model, tmp_path, "base", lambda key, s, i: (s, "m-1"), "--decision",
+                     model["rule"])
+  prod = _served_run(model, tmp_path, "two", other, "--decision", model["rule"])
+  o, p = taxi_model.matched(base, prod)
+  po = np.array(o.column("prediction").to_pylist())[:, 0]
+  pp = np.array(p.column("prediction").to_pylist())[:, 0]
+  flips = int(np.count_nonzero((po >= model["threshold"]) != (pp >= model["threshold"])))
+  differs = int(np.count_nonzero(po != pp))
+  code, r = _diff(base, prod, tmp_path / "d")
+  assert r["first_divergent_stage"]["predict"] == differs == 15002 // 20 + 1
+  assert r["decisions"]["flips"] == flips > 0
+  assert r["decisions"]["by_stage"]["predict"]["flips"] == flips
+  causes = {c["field"]: c for c in r["suspected_causes"] if c["stage"] == "predict"}
+  assert causes["model.deployed_model_id"]["offline"] == "m-1"
+  assert causes["model.deployed_model_id"]["production"] == "m-1,m-2"
+  assert code == 1
+
+
+@pytest.mark.parametrize("answer, message", [
+    (lambda key, s, i: ("yes" if i == 7 else s[0], "m-1"), "not numbers"),
+    (lambda key, s, i: ([s[0], 0.5] if i == 7 else s, "m-1"), "every record needs the same"),
+])
+def test_a_served_answer_that_cannot_be_read_is_one_line(model, tmp_path, answer, message):
+  with pytest.raises(UsageError, match="served prediction column 'pred': .*" + message) as e:
+    _served_run(model, tmp_path, "bad", answer, "--decision", model["rule"])
+  assert "\n" not in str(e.value) and not (tmp_path / "bad").exists()
