@@ -20,6 +20,8 @@ REQUIRED = [
     "numba==0.68.1",
     "jsonschema==4.26.0",
     "PyYAML==6.0.3",
+    # replay.api hands tables over as DataFrames; the logger takes one (notebook users)
+    "pandas==3.0.6",  # datacompy (bench) requires pandas < 3.1
 ]
 
 TEST = [
@@ -27,7 +29,6 @@ TEST = [
     "pytest-xdist==3.8.0",  # scripts/test.sh: the suite on every core
     "hypothesis==6.170.15",
     "psutil==7.2.2",
-    "pandas==3.0.6",  # datacompy (bench) requires pandas < 3.1
 ]
 
 # Benchmarks only (bench/replay.py compares against datacompy).

@@ -13,6 +13,11 @@ value joined by ':', so `tolerance={"fare_z": (0.01, 0)}` is `--tolerance fare_z
 and `beam_args` passes Beam flags through. A bad input raises UsageError with the command's
 one line. ingest() returns the dataset's manifest, features() the run metadata, as dicts;
 diff() and rerun() the Report of the diff they ran; check() the night's (exit code, Report).
+
+Tables come as pandas DataFrames: Report.records() (the report's sampled records, one row each:
+key, class, first stage, cause, each differing feature's two values, both predictions and
+decisions and the flip) and read_log(dir) (a feature log read back, its checksums verified);
+replay.logger.ProductionLogger.log_table takes a DataFrame as it takes an Arrow table.
 """
 import contextlib
 import io
@@ -24,7 +29,12 @@ from pipelines import common
 from transforms.spec import dataset as dataset_spec
 from transforms.spec import run_metadata
 
-__all__ = ["Report", "diff", "ingest", "features", "rerun", "check"]
+__all__ = ["Report", "diff", "ingest", "features", "rerun", "check", "read_log"]
+
+# Report.records(): the sample kinds, as the record class each stands for.
+_SAMPLE_CLASSES = (("divergent", "divergent"), ("latent", "latent"),
+                   ("offline_only", "offline_only"), ("production_only", "production_only"),
+                   ("duplicate_keys", "duplicate_key"))
 
 
 class Report:
@@ -48,6 +58,37 @@ class Report:
 
   def _repr_html_(self):
     return self.html
+
+  def records(self):
+    """The report's sampled records as a pandas DataFrame, one row per record: key, class
+    (divergent, latent, offline_only, production_only, duplicate_key, and flipped for a
+    decision flip's sample), first_stage, cause (the suspected causes at that stage, `; `
+    joined), features (the differing features, `, ` joined), <F>_offline and <F>_production per
+    differing feature, and where predictions were compared prediction_offline,
+    prediction_production, decision_offline, decision_production and flipped."""
+    import pandas as pd
+    causes = {}
+    for c in self._data.get("suspected_causes", []):
+      causes.setdefault(c["stage"], []).append(c["field"])
+    samples = self._data.get("samples", {})
+    listed = [(cls, e) for kind, cls in _SAMPLE_CLASSES for e in samples.get(kind, [])]
+    listed += [("flipped", e) for e in (self._data.get("decisions") or {}).get("samples", [])]
+    rows = []
+    for cls, e in listed:
+      stage = e.get("first_divergent_stage") or None
+      feats = e.get("features", {})
+      row = {"key": e["key"], "class": cls, "first_stage": stage,
+             "cause": "; ".join(causes.get(stage, [])) or None,
+             "features": ", ".join(sorted(feats)) or None}
+      for name, (a, b) in sorted(feats.items()):
+        row[f"{name}_offline"], row[f"{name}_production"] = a, b
+      if "prediction" in e:
+        row.update(prediction_offline=e["prediction"][0], prediction_production=e["prediction"][1],
+                   decision_offline=e["decision"][0], decision_production=e["decision"][1],
+                   flipped=e["decision"][0] != e["decision"][1])
+      rows.append(row)
+    return pd.DataFrame(rows, columns=None if rows else ["key", "class", "first_stage", "cause",
+                                                          "features"])
 
   def __repr__(self):
     records = self._data.get("records", {})
@@ -132,3 +173,21 @@ def features(input_dir, output_dir, profile, beam_args=(), **flags):
   if code:
     raise common.UsageError(f"features exited {code}")
   return _read_json(FileSystems.join(output_dir, run_metadata.FILE))
+
+
+def read_log(log_dir):
+  """A feature log (a features run's or a logger's folder) read back as a pandas DataFrame,
+  every bucket file or part in path order, each Parquet page's checksum verified (a damaged
+  page is an error, not other values)."""
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  from transforms.spec import feature_log
+  paths = sorted(m.path for m in FileSystems.match(
+      [FileSystems.join(log_dir, feature_log.LOG_DIR, "*.parquet")])[0].metadata_list)
+  if not paths:
+    raise common.UsageError(f"{log_dir}: no feature log (no {feature_log.LOG_DIR}/*.parquet)")
+  tables = []
+  for path in paths:
+    with FileSystems.open(path, compression_type="uncompressed") as f:
+      tables.append(pq.read_table(f, **feature_log.read_options()))
+  return pa.concat_tables(tables, promote_options="default").to_pandas()

@@ -108,3 +108,30 @@ def test_the_logger_and_the_api_write_nothing_to_stderr(taxi_features, tmp_path)
                           capture_output=True, text=True, timeout=600)
   assert result.returncode == 0 and result.stderr == "", result.stderr[-3000:]
   assert os.path.exists(tmp_path / "diff" / "report.json")
+
+
+def test_tables_come_as_dataframes(tmp_path, offline, taxi):
+  """read_log gives a feature log back as a DataFrame; Report.records() the sampled records;
+  ProductionLogger.log_table takes a DataFrame as it takes an Arrow table."""
+  import pandas as pd
+  import pyarrow.csv as pacsv
+  from replay import api
+  from tests.conftest import TAXI_CSV
+  from tests.online_store import AGG
+  from tests.test_logger import _logger
+  frame = api.read_log(offline)
+  assert isinstance(frame, pd.DataFrame) and len(frame) == 15002
+  assert {"key", "fp_raw", "value__fare_z"} <= set(frame.columns)
+  table = pacsv.read_csv(TAXI_CSV, convert_options=pacsv.ConvertOptions(
+      strings_can_be_null=True)).slice(0, 50)
+  counts = {AGG: [a[AGG] for a in taxi[1][:50]]}
+  logged = {}
+  for name, given in (("arrow", table), ("pandas", table.to_pandas())):
+    with _logger(offline, tmp_path / name) as logger:
+      logger.log_table(given, counts)
+    logged[name] = api.read_log(str(tmp_path / name)).sort_values("key").reset_index(drop=True)
+  assert len(logged["pandas"]) == 50
+  assert logged["pandas"][["key", "fp_raw", "fp_transform"]].equals(
+      logged["arrow"][["key", "fp_raw", "fp_transform"]])
+  report = api.diff(offline, offline, str(tmp_path / "d"))
+  assert list(report.records().columns) == ["key", "class", "first_stage", "cause", "features"]

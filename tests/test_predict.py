@@ -117,6 +117,12 @@ def test_a_vocabulary_analysed_otherwise_flips_decisions_the_diff_attributes_to_
     page = f.read()
   assert page.index(f"{want['flips']} decisions change") < page.index("Divergence by first stage")
   assert "company_id alone explains" in page
+  from replay import api  # the records as a notebook gets them
+  frame = api.Report(r, page, "").records()
+  flipped = frame[frame["class"] == "flipped"]
+  assert len(flipped) == len(d["samples"]) > 0 and flipped["flipped"].all()
+  assert (flipped["first_stage"] == "analyze").all()
+  assert {"company_id_offline", "prediction_offline", "decision_production"} <= set(frame.columns)
 
 
 def test_check_thresholds_on_decisions(model, tmp_path):

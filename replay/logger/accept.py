@@ -155,8 +155,14 @@ class AcceptRecords:
     array of another length."""
     if isinstance(table, pa.RecordBatch):
       table = pa.Table.from_batches([table])
+    if type(table).__module__.startswith("pandas") and type(table).__name__ == "DataFrame":
+      try:  # a notebook's frame: its columns, not its index (pandas is imported by the caller)
+        table = pa.Table.from_pandas(table, preserve_index=False)
+      except (pa.ArrowException, TypeError, ValueError) as e:
+        raise RecordError(f"a pandas DataFrame Arrow cannot convert: {e}") from None
     if not isinstance(table, pa.Table):
-      raise RecordError(f"a pyarrow Table or RecordBatch expected, got {type(table).__name__}")
+      raise RecordError(f"a pyarrow Table or RecordBatch (or a pandas DataFrame) expected, got "
+                        f"{type(table).__name__}")
     names, n = table.column_names, table.num_rows
     unknown = sorted(set(names) - self._name_set)
     if unknown or len(set(names)) != len(names):

@@ -178,7 +178,8 @@ class ProductionLogger:
 
   def log_table(self, table, aggregates=None, watermark=None, served=None):
     """Accepts a batch of records as Arrow columns, the columnar log(): a pyarrow Table or
-    RecordBatch of record columns (any scalar Arrow types, under the same canonical rules; a
+    RecordBatch (or a pandas DataFrame, taken as pa.Table.from_pandas without its index) of
+    record columns (any scalar Arrow types, under the same canonical rules; a
     column it lacks is null); aggregates and served: {name: one value per record, an Arrow
     array or a sequence}; watermark: for every record of the batch. RecordError (a UsageError
     and a ValueError) when it refuses them. Written as one batch, after the open one, on the
@@ -187,6 +188,8 @@ class ProductionLogger:
     when_full "drop", a call that meets a full queue returns at once: its records are counted
     lost (queue_full) without being checked."""
     rows = getattr(table, "num_rows", None)  # not a table: accept_table says what it is
+    if rows is None and type(table).__name__ == "DataFrame":
+      rows = len(table)
     if isinstance(rows, int) and self._batches.refuse_when_full(rows):  # lost unchecked
       return
     self._batches.submit(self._rules.accept_table(table, aggregates, served,
