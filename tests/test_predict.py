@@ -219,11 +219,17 @@ def _served_run(model, tmp_path, name, answer, *flags):
                   os.path.join(model["offline"], "transform_fn"), *flags)
 
 
-def test_served_answers_that_are_the_models_own_change_no_decision(model, tmp_path):
-  """A JSON Lines serving log with the response beside each request: a bare score on even
-  lines, a list of scores on odd ones, another model version's answers nowhere."""
-  prod = _served_run(model, tmp_path, "own", lambda key, s, i: (s if i % 2 else s[0], "m-1"),
-                     "--decision", model["rule"])
+@pytest.fixture(scope="module")
+def served_own(model, tmp_path_factory):
+  """A JSON Lines serving log with the response beside each request, the model's own answers
+  from deployed model m-1: a bare score on even lines, a list of scores on odd ones; replayed
+  with the offline transform_fn and --decision alone (no model of the run's own)."""
+  return _served_run(model, tmp_path_factory.mktemp("served"), "own",
+                     lambda key, s, i: (s if i % 2 else s[0], "m-1"), "--decision", model["rule"])
+
+
+def test_served_answers_that_are_the_models_own_change_no_decision(model, served_own, tmp_path):
+  prod = served_own
   with open(os.path.join(prod, "run_metadata.json")) as f:
     meta = json.load(f)["model"]
   assert (meta["kind"], meta["served"], meta["deployed_model_id"]) == ("served", "pred", "m-1")
@@ -233,12 +239,12 @@ def test_served_answers_that_are_the_models_own_change_no_decision(model, tmp_pa
   assert r["records"]["identical"] == r["records"]["matched_keys"] and code == 0
 
 
-def test_another_model_version_answering_some_requests_parts_at_predict(model, tmp_path):
+def test_another_model_version_answering_some_requests_parts_at_predict(model, served_own,
+                                                                        tmp_path):
   """One request in 20 answered by model m-2, whose score is 1 - p: the inputs are identical,
   the prediction is not; the cause names the deployed model ids. Both sides log it."""
   other = lambda key, s, i: ([1.0 - s[0]], "m-2") if i % 20 == 0 else (s, "m-1")  # noqa: E731
-  base = _served_run(model, tmp_path, "base", lambda key, s, i: (s, "m-1"), "--decision",
-                     model["rule"])
+  base = served_own
   prod = _served_run(model, tmp_path, "two", other, "--decision", model["rule"])
   o, p = taxi_model.matched(base, prod)
   po = np.array(o.column("prediction").to_pylist())[:, 0]

@@ -261,9 +261,9 @@ def _model(opts, schemas):
       name = feature_log.feature_of(field.name)
       if feature_log.is_value_column(field.name):
         types.setdefault(name, field.type)
-  from transforms.model import load
-  load.load(spec, types)  # UsageError, one line, for a model that does not fit
-  return spec
+  from transforms.model import predict
+  predict.predictor(spec, types)  # UsageError, one line, for a model that does not fit; the
+  return spec                     # loaded model stays cached for this process's workers
 
 
 def _feature_kinds(schemas):
