@@ -269,3 +269,23 @@ def test_a_served_answer_that_cannot_be_read_is_one_line(model, tmp_path, answer
   with pytest.raises(UsageError, match="served prediction column 'pred': .*" + message) as e:
     _served_run(model, tmp_path, "bad", answer, "--decision", model["rule"])
   assert "\n" not in str(e.value) and not (tmp_path / "bad").exists()
+
+
+def test_the_logger_given_the_model_logs_the_decisions_the_job_logs(model, tmp_path):
+  """The production logger with the offline model: the same records, the same decisions."""
+  import pyarrow.csv as pacsv
+  from replay.logger import ProductionLogger
+  from tests.conftest import TAXI_CSV
+  from tests.online_store import AGG, records_and_counts
+  table = pacsv.read_csv(TAXI_CSV, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+  _, counts = records_and_counts(TAXI_CSV, model["offline"])
+  with ProductionLogger.from_features_dir(model["offline"], str(tmp_path / "log"),
+                                          model_dir=model["m32"], decision=model["rule"]) as log:
+    log.log_table(table, {AGG: [c[AGG] for c in counts]})
+  code, r = _diff(model["offm"], str(tmp_path / "log"), tmp_path / "d")
+  assert r["decisions"]["compared"] == r["records"]["matched_keys"] == 15002
+  assert r["decisions"]["flips"] == 0 and r["records"]["divergent"] == 0 and code == 0
+  assert r["decisions"]["max_abs_delta"] <= 1e-6
+  with pytest.raises(UsageError, match="needs --decision"):
+    ProductionLogger.from_features_dir(model["offline"], str(tmp_path / "log2"),
+                                       model_dir=model["m32"])

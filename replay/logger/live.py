@@ -1,13 +1,14 @@
 """LiveStages: the production logger's stages of the records that reach TF Transform -- window
 (bounds and aggregates fingerprinted), shard, serialize (the round trip through the profile's
 tf.Example), transform (the transform_fn's TFT graph, transforms/graph/feed.py) and serve (what
-the model got: the served value where serving logged one) -- the rules pipelines.features
-applies, each read from transforms/spec. docs/logger.md.
+the model got: the served value where serving logged one) and, given a model, predict -- the
+rules pipelines.features applies, each read from transforms/spec. docs/logger.md.
 """
 import numpy as np
 import pyarrow as pa
 
 from transforms.graph.feed import transform_values
+from transforms.model.predict import predict_columns
 from transforms.spec import fingerprint
 from transforms.spec import feature_log as log
 from transforms.spec.serialize import round_trip
@@ -22,14 +23,16 @@ class LiveStages:
   """names: the record columns; aggregates: the windowed aggregates' names; profile: the run
   profile; transform: the finalized transform_fn (transforms.graph.feed.transform_function);
   log_schema: the logger's LogSchema; transform_batch_size: records per TFT call; served: the
-  features whose served values are logged (sorted)."""
+  features whose served values are logged (sorted); model: the loaded model of the predict stage
+  (transforms/model/load.Predictor), or None."""
 
   def __init__(self, names, aggregates, profile, transform, log_schema, transform_batch_size,
-               served):
+               served, model=None):
     self._names, self._aggregates = list(names), list(aggregates)
     self._value_columns = value_columns(self._names, self._aggregates)
     self._profile, self._transform, self._log = profile, transform, log_schema
     self._transform_batch_size, self._served = transform_batch_size, list(served)
+    self._model = model
 
   def columns(self, aggregates, served, typed, keys, live, start, end, out):
     """The window, shard, serialize, transform and serve columns of the `out` rows (null but
@@ -82,6 +85,9 @@ class LiveStages:
           log.model_inputs(features, served), SERVE.fingerprint_fields(
               features=self._log.features))[0]
       live_cols.update((log.served_column(f), a) for f, a in served.items())
+    if self._model is not None:  # the predict stage, on what the model got
+      live_cols.update(predict_columns(self._model, log.model_inputs(features, served)
+                                       if self._served else features))
     for f in self._log.features:
       live_cols[log.feature_fp_column(f)] = fp_features[f]
       live_cols[log.value_column(f)] = features.column(f).combine_chunks()

@@ -6,6 +6,8 @@ served values, logged inputs), typed by the transform_fn's feature spec. docs/lo
 import pyarrow as pa
 
 from transforms.spec import feature_log as log
+from transforms.spec.decision import DECISION_TYPE, PREDICTION_TYPE
+from transforms.spec.stages import PREDICT
 from transforms.spec.errors import UsageError
 
 __all__ = ["LogSchema"]
@@ -15,14 +17,16 @@ class LogSchema:
   """names: the record columns; aggregate_types: {aggregate: its Arrow type}; feature_spec: the
   transform_fn's transformed_feature_spec(); served: the features whose served values are
   logged; pii: the log columns written as PII hashes ("key", transformed features, record
-  columns); inputs: whether each record column's canonical text is logged (input__C).
+  columns); inputs: whether each record column's canonical text is logged (input__C); predict:
+  whether the rows hold the predict stage (fp_predict, prediction, decision: a logger given a
+  model).
 
   `features` (sorted) and `feature_types` ({feature: Arrow type}: a one-value feature is a
   scalar, as the job's log has it); `clear`: the schema before hashing, `schema`: the log's (a
   hashed column is text); `hashed`: the columns written as hashes. UsageError for a PII or
   served column that the log does not have."""
 
-  def __init__(self, names, aggregate_types, feature_spec, served, pii, inputs):
+  def __init__(self, names, aggregate_types, feature_spec, served, pii, inputs, predict=False):
     name_set = frozenset(names)
     unknown = [c for c in pii if c != log.KEY and c not in feature_spec and c not in name_set]
     if unknown:
@@ -46,6 +50,10 @@ class LogSchema:
                                             if f in served else [])
       clear += [(log.feature_fp_column(f), pa.uint64())] + own
       fields += [clear[-1 - len(own)]] + [(c, pa.string() if f in pii else t) for c, t in own]
+    if predict:  # the predict stage's columns (spec/decision.py), as the job's log has them
+      own = [(log.fp_column(PREDICT.name), pa.uint64()), (log.PREDICTION, PREDICTION_TYPE),
+             (log.DECISION, DECISION_TYPE)]
+      clear, fields = clear + own, fields + own
     self.clear, self.schema = pa.schema(clear), pa.schema(fields)
     self.hashed = [n for c in pii for n in ([log.KEY] if c == log.KEY else (
         [log.value_column(c)] * (c in feature_spec) +

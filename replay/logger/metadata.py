@@ -16,7 +16,8 @@ RUNNER = run_metadata.LOGGER_RUNNER
 DROPPED_BY_REASON = "dropped_by_reason"
 LOST_BY_REASON = run_metadata.LOST_BY_REASON
 # The run-metadata sections a resumed log must share with this logger (log.parts aside).
-_SAME = ("format", "profile", "schema", "runner", "stages", "pii", "logged_inputs")
+_SAME = ("format", "profile", "schema", "runner", "stages", "pii", "logged_inputs",
+         run_metadata.MODEL)
 
 
 class LogMetadata:
@@ -27,7 +28,7 @@ class LogMetadata:
 
   def __init__(self, log_dir, *, profile, transform_module, source, key_columns, columns,
                aggregates, analyze, num_buckets, event_time, transform_fn, pii_columns,
-               logged_inputs, served_features=()):
+               logged_inputs, served_features=(), model=None):
     self._log_dir, self._path = log_dir, os.path.join(log_dir, run_metadata.FILE)
     # What the logger is given, recorded as ingest records a serving log's (the diff names
     # them as causes the same way): its form, the served features (log(served=...), by feature)
@@ -42,6 +43,7 @@ class LogMetadata:
                        versions_=run_metadata.versions(), event_time=event_time,
                        transform_fn=transform_fn, source=given)
     self._pii, self._inputs = pii_columns, logged_inputs
+    self._model = model  # the predict stage's model identity (run metadata's model), or None
 
   def document(self, content, dropped, buckets, parts, lost):
     """run_metadata.json's document: content: the input's content digest (fingerprint state);
@@ -58,6 +60,8 @@ class LogMetadata:
       doc["pii"] = pii.Pii(tuple(self._pii)).metadata()
     if self._inputs is not None:  # input__C columns: the record columns' canonical text
       doc["logged_inputs"] = list(self._inputs)
+    if self._model is not None:
+      doc[run_metadata.MODEL] = dict(self._model)
     return doc
 
   def exists(self):

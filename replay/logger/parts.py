@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from replay.logger import files
 from transforms.spec import feature_log, fingerprint
-from transforms.spec.stages import FP_STAGES, RECORD_STAGES, TRANSFORM
+from transforms.spec.stages import FP_STAGES, OPTIONAL_STAGES, RECORD_STAGES, TRANSFORM
 
 __all__ = ["PartWriter"]
 
@@ -34,6 +34,9 @@ class PartWriter:
 
   def __init__(self, log_dir, num_buckets, schema, compression):
     self._log_dir, self._num_buckets, self._schema = log_dir, num_buckets, schema
+    # the optional stages (predict) this logger's rows have a column for
+    self._optional = tuple(s for s in OPTIONAL_STAGES
+                           if feature_log.fp_column(s) in schema.names)
     self._compression = compression
     self._buckets, self.next_part, self._undo = {}, 0, None
     self._io = concurrent.futures.ThreadPoolExecutor(_IO_THREADS, "ProductionLoggerIO")
@@ -93,7 +96,7 @@ class PartWriter:
       entry = self._buckets.setdefault(b, {
           "rows": 0, "dropped": 0, "parts": [],
           "digests": {s: fingerprint.empty_digest()
-                      for s in FP_STAGES + (feature_log.KEY_DIGEST,)}})
+                      for s in FP_STAGES + self._optional + (feature_log.KEY_DIGEST,)}})
       entry["rows"] += part.num_rows
       entry["dropped"] += part.num_rows - part.column(feature_log.DROPPED_STAGE).null_count
       entry["parts"].append(path)

@@ -73,7 +73,8 @@ class ProductionLogger:
                max_pending_batches=4, compact_on_close=True, empty_text_is_null=True,
                pii_columns=(), pii_key_env=None, compression="snappy", served_features=(),
                log_inputs=False, on_write_error="drop", when_full="block",
-               full_wait_seconds=None):
+               full_wait_seconds=None, model_dir=None, model_module=None, model_signature=None,
+               model_output=None, decision=None):
     if isinstance(profile, str):
       try:
         with open(profile, encoding="utf-8") as f:
@@ -110,10 +111,11 @@ class ProductionLogger:
     self._secret = pii.secret_from_env(pii_key_env) if self._pii else None
     transform, spec = feed.transform_function(transform_fn_dir, value_columns(
         names, [a["name"] for a in self._aggregates]))
+    model = _model_spec(model_dir, model_module, model_signature, model_output, decision)
     self._rules = LogRows(self._columns, self._key_columns, event, self._aggregates, profile,
                           transform, spec, transform_batch_size,
                           self._pii, self._secret, empty_text_is_null, served_features,
-                          bool(log_inputs))
+                          bool(log_inputs), model)
     self._log_dir, self._compact = log_dir, compact_on_close
     self._parts = PartWriter(log_dir, num_buckets, self._rules.schema, compression)
     self._meta = LogMetadata(
@@ -122,7 +124,7 @@ class ProductionLogger:
         analyze=analyze.analyze_fingerprints(transform_fn_dir), num_buckets=num_buckets,
         event_time=event, transform_fn=(transform_fn_dir, analyze.content_digest(transform_fn_dir)),
         pii_columns=self._pii, logged_inputs=names if log_inputs else None,
-        served_features=sorted(served_features))
+        served_features=sorted(served_features), model=self._rules.model_identity)
     self._counts = {"logged": 0, "dropped": 0, "sampled_out": 0, "flushes": 0}
     self._health, self._lost_before = {"healthy": True, "last_error": None}, {}
     self._batches = None  # started once the log directory is open
@@ -318,3 +320,15 @@ class ProductionLogger:
       raw, parse = feature_log.fp_column(RAW.name), feature_log.fp_column(PARSE.name)
       t = pq.read_table(os.path.join(self._log_dir, rel), columns=[raw, parse])
       self._rules.continue_ordinals(t.column(raw).to_pylist(), t.column(parse).to_pylist())
+
+
+def _model_spec(model_dir, model_module, signature, output, rule):
+  """The predict stage's ModelSpec of the logger's model arguments (None: no model), checked as
+  the jobs check their model flags (transforms/model/flags.py)."""
+  from transforms.model import flags as model_flags
+  import types
+  given = types.SimpleNamespace(model_dir=model_dir or "", model_module=model_module or "",
+                                model_signature=signature or "", model_output=output or "",
+                                decision=rule or "")
+  spec = model_flags.spec_of(given)
+  return spec if spec.given() else None

@@ -56,7 +56,9 @@ class LogRows(AcceptRecords):
 
   def __init__(self, columns, key_columns, event, aggregates, profile, transform, feature_spec,
                transform_batch_size, pii_columns=(), secret=None, empty_is_null=True,
-               served=(), inputs=False):
+               served=(), inputs=False, model=None):
+    """model: the predict stage's ModelSpec (transforms/model/load.py), or None; loaded here,
+    against the transformed features' types, and its identity kept as model_identity."""
     # What AcceptRecords reads (replay/logger/accept.py).
     self._columns = [(n, t) for n, t in columns]
     self._names = [n for n, _ in self._columns]
@@ -72,11 +74,16 @@ class LogRows(AcceptRecords):
     self._profile, self._empty_is_null, self._inputs = profile, empty_is_null, inputs
     self._pii, self._secret = sorted(pii_columns), secret
     self._log = LogSchema(self._names, self._aggregate_types, feature_spec, self._served,
-                          self._pii, inputs)
+                          self._pii, inputs, predict=model is not None)
+    self.model_identity = None
+    if model is not None:  # UsageError, one line, for a model that does not fit
+      from transforms.model import load
+      model = load.load(model, self._log.feature_types)
+      self.model_identity = model.identity()
     self._feature_types, self.schema = self._log.feature_types, self._log.schema
     self._keys = ContentKeys(self._key_columns)
     self._live = LiveStages(self._names, self._aggregates, profile, transform, self._log,
-                            transform_batch_size, self._served)
+                            transform_batch_size, self._served, model)
     self.content, self.sampled_out, self.dropped = fingerprint.empty_digest(), 0, {}
 
   # ------------------------------------------------------------------ on the worker thread
