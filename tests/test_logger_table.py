@@ -55,7 +55,8 @@ def test_columns_and_records_interleave(offline, taxi, tmp_path):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda t, a: ([t], a), "a pyarrow Table or RecordBatch expected, got list"),
+    (lambda t, a: ([t], a),
+     "a pyarrow Table or RecordBatch (or a pandas DataFrame) expected, got list"),
     (lambda t, a: (t.append_column("fare_typo", t.column("fare")), a),
      "unknown column(s) 'fare_typo': not in the record schema of the offline run"),
     (lambda t, a: (t.set_column(1, "fare", pa.array([[1.0]] * t.num_rows)), a),

@@ -8,6 +8,7 @@
   compare    pure comparison of joined Arrow tables into the mergeable Partial
   served     the serve stage: what the model received on each side, compared
   decisions  the predict stage: prediction deltas and decision flips, per stage and class
+  predicting the diff's own model: predicts a side lacking the stage, attributes flips
   moved      records whose event time moved, and the window neighbours they change
   kernels    its vectorised row kernels (numeric deltas, deterministic samples, window noise)
   tolerance  the validated numeric tolerances
@@ -21,8 +22,9 @@
 May import transforms, pipelines (the job's options and dataset readers) and replay.report (the
 shape it fills, the renderers it writes with); never replay.logger nor replay's jobs. Only job,
 runs, evidence and integrity import Beam (job its pipeline, the others its FileSystems); the
-kernels (compare, served, decisions, moved, kernels, tolerance, analyzers, drift, causes, summary) are
+kernels (compare, served, decisions, predicting, moved, kernels, tolerance, analyzers, drift, causes, summary) are
 plain functions over Arrow tables and dicts. Importing this package imports none of them.
 """
-__all__ = ["analyzers", "causes", "compare", "decisions", "drift", "evidence", "flags", "integrity", "job",
-           "kernels", "moved", "runs", "served", "summary", "tolerance"]
+__all__ = ["analyzers", "causes", "compare", "decisions", "drift", "evidence", "flags",
+           "integrity", "job", "kernels", "moved", "predicting", "runs", "served", "summary",
+           "tolerance"]

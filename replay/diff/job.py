@@ -31,14 +31,13 @@ from apache_beam.metrics import Metrics
 
 from pipelines import common, dataset
 from replay.diff import analyzers as analyzer_diff
-from replay.diff import causes, compare, evidence, integrity, runs, summary
+from replay.diff import causes, compare, evidence, integrity, predicting, runs, summary
 from replay.diff.flags import DiffFlags, DiffOptions  # noqa: F401 -- DiffOptions re-exported
 from replay.diff import tolerance as tolerances
 from replay.report import render, report_model
 from transforms.spec import feature_log
 from transforms.spec.dataset import coverage_of
 from transforms.model import flags as model_flags
-from transforms.spec.feature_log import PREDICTION
 from transforms.spec.run_metadata import LOST_BY_REASON, MODEL
 from transforms.spec.errors import first_line
 
@@ -244,28 +243,6 @@ def _check_parts(meta, entries, listed, directory, bucket, side):
   return paths, schema
 
 
-# What report.json's decisions.models says of a side whose log lacks the predict stage, when the
-# diff's own model predicted it.
-_DIFF_MODEL = {"predicted_by": "the diff's --model_dir / --model_module"}
-
-
-def _model(opts, schemas):
-  """The diff's ModelSpec (None without one), loaded and checked against the logs' transformed
-  features (their model inputs' types, from the parts' footers) before any record is read."""
-  spec = model_flags.spec_of(opts)
-  if not spec.given():
-    return None
-  types = {}
-  for schema in schemas:
-    for field in schema:
-      name = feature_log.feature_of(field.name)
-      if feature_log.is_value_column(field.name):
-        types.setdefault(name, field.type)
-  from transforms.model import predict
-  predict.predictor(spec, types)  # UsageError, one line, for a model that does not fit; the
-  return spec                     # loaded model stays cached for this process's workers
-
-
 def _feature_kinds(schemas):
   kinds = {}
   for schema in schemas:
@@ -273,21 +250,6 @@ def _feature_kinds(schemas):
       if feature_log.is_value_column(field.name):
         kinds.setdefault(feature_log.feature_of(field.name), compare.feature_kind(field.type))
   return tuple(sorted(kinds.items()))
-
-
-def _check_tolerance_features(tol, kinds, predicted=False):
-  """A per-feature tolerance must name a numeric feature of the logs, or `prediction` where both
-  logs hold the predict stage (a typo would otherwise leave the default in force without a
-  word)."""
-  for name, _, _ in tol.features:
-    if name == PREDICTION and predicted:
-      continue
-    if name not in kinds:
-      raise common.UsageError(f"--tolerance names feature {name!r}, which the logs lack "
-                              f"(features: {', '.join(sorted(kinds)) or 'none'})")
-    if kinds[name] != "numeric":
-      raise common.UsageError(f"--tolerance {name}: a {kinds[name]} feature has no tolerance "
-                              "(any difference is a mismatch)")
 
 
 def plan_diff(opts):
@@ -339,12 +301,12 @@ def plan_diff(opts):
   scope = opts.scope if opts.scope != "auto" else \
       ("production" if coverage_of(metas["production"])["kind"] == "partial" else "all")
   kinds = _feature_kinds(schemas)
-  model = _model(opts, schemas)
+  model = predicting.model_for_plan(model_flags.spec_of(opts), schemas)
   context = compare.Context(tolerance=tol, transform_stage=stage,
                             analyze_match=analyze_match, samples=opts.samples,
                             partial_production=scope == "production",
                             model=model, attribution_records=opts.attribution_records)
-  _check_tolerance_features(tol, dict(kinds), model is not None or all(
+  tolerances.check_features(tol, dict(kinds), model is not None or all(
       metas[s].get(MODEL) for s in compare.SIDES))
   equal_partial = compare.empty(opts.samples)
   for entry in equal:
@@ -367,7 +329,7 @@ def plan_diff(opts):
                       s: {b: e for b, e in entries[s].items() if b in set(differing)}
                       for s in compare.SIDES},
                   skipped=() if opts.no_verify_logs else tuple(skipped),
-                  models={s: metas[s].get(MODEL) or (model and _DIFF_MODEL)
+                  models={s: metas[s].get(MODEL) or (model and predicting.DIFF_MODEL)
                           for s in compare.SIDES})
 
 

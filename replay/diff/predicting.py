@@ -15,9 +15,31 @@ import pyarrow as pa
 from replay.diff import kernels, served
 from replay.diff.kernels import column_of
 from transforms.model import predict
-from transforms.spec.feature_log import DECISION, DROPPED_STAGE, KEY, features_of
+from transforms.spec.feature_log import (DECISION, DROPPED_STAGE, KEY, feature_of, features_of,
+                                         is_value_column)
 
-__all__ = ["predictor_for", "with_predictions", "attribute", "attribution_summary"]
+__all__ = ["DIFF_MODEL", "model_for_plan", "predictor_for", "with_predictions", "attribute",
+           "attribution_summary"]
+
+# What report.json's decisions.models says of a side whose log lacks the predict stage, when the
+# diff's own model predicted it.
+DIFF_MODEL = {"predicted_by": "the diff's --model_dir / --model_module"}
+
+
+def model_for_plan(spec, schemas):
+  """The diff's ModelSpec (None without one), loaded and checked against the logs' transformed
+  features (their value columns' types, from the parts' footers, `schemas`) before any record
+  is read: UsageError, one line, for a model that does not fit. The loaded model stays cached
+  for this process's workers."""
+  if not spec.given():
+    return None
+  types = {}
+  for schema in schemas:
+    for field in schema:
+      if is_value_column(field.name):
+        types.setdefault(feature_of(field.name), field.type)
+  predict.predictor(spec, types)
+  return spec
 
 
 def _features(table):

@@ -24,9 +24,10 @@ import dataclasses
 import math
 
 from transforms.spec.errors import UsageError
+from transforms.spec.feature_log import PREDICTION
 
 __all__ = ["Tolerance", "normalise", "from_flags", "parse_feature_spec", "noise_tau",
-           "unit_roundoff"]
+           "check_features", "unit_roundoff"]
 
 _UNIT_ROUNDOFF = {16: 2.0 ** -11, 32: 2.0 ** -24, 64: 2.0 ** -53}
 
@@ -172,3 +173,18 @@ def from_flags(abs_tol=None, rel_tol=None, specs=()):
     rel_map[name] = default_rel if r is None else r
   tol = normalise(abs_map, rel_map)
   return tol.with_noise(1) if noise else tol
+
+
+def check_features(tol, kinds, predicted=False):
+  """UsageError unless each per-feature tolerance names a numeric feature of the logs (kinds:
+  {feature: "numeric" | "categorical"}), or `prediction` where the predictions are compared
+  (predicted): a typo would otherwise leave the default in force without a word."""
+  for name, _, _ in tol.features:
+    if name == PREDICTION and predicted:
+      continue
+    if name not in kinds:
+      raise UsageError(f"--tolerance names feature {name!r}, which the logs lack "
+                       f"(features: {', '.join(sorted(kinds)) or 'none'})")
+    if kinds[name] != "numeric":
+      raise UsageError(f"--tolerance {name}: a {kinds[name]} feature has no tolerance "
+                       "(any difference is a mismatch)")
