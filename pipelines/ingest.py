@@ -203,6 +203,8 @@ def _source_options(opts, paths, payload_names):
                                envelope=envelope, payload_names=tuple(payload_names),
                                block_bytes=opts.csv_block_bytes,
                                text_columns=tuple(c for c in [opts.served_prediction.strip()] if c),
+                               response_column=(opts.served_prediction.strip() or None)
+                               if opts.preset else None,
                                **_dialect(opts))
 
 

@@ -43,7 +43,7 @@ def column_names(f, path, opts):
       batch = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(first[:1])
     except RuntimeError as e:
       raise SourceError(f"{path}: {what} ({e})") from None
-    return sorted(batch.schema.names)
+    return sorted(batch.schema.names) + ([opts.response_column] if opts.response_column else [])
   return None
 
 
@@ -52,15 +52,26 @@ def iter_batches(f, path, names, file_index, opts):
   decoder = example_coder.ExamplesToRecordBatchDecoder()
   for raw, first in _blocks(f, path, opts.block_bytes):
     records, number, rejected = raw.to_pylist(), np.arange(len(raw)), []
+    answers = None
     if opts.preset == sources.TF_SERVING:  # each log's examples, numbered by the log
-      records, number, bad = prediction_log.examples_of(records)
+      logs = records
+      records, number, bad = prediction_log.examples_of(logs)
       rejected = [(first + i, raw[i].as_py(), why) for i, why in bad]
+      if opts.response_column:  # what the response answered each example
+        answers, wrong = prediction_log.responses_of(logs, opts.model_output)
+        rejected += [(first + i, raw[i].as_py(), why) for i, why in wrong]
+        keep = ~np.isin(number, [i for i, _ in wrong])
+        records = [r for r, k in zip(records, keep) if k]
+        answers = pa.array([a for a, k in zip(answers, keep) if k], pa.large_string())
+        number = np.asarray(number)[keep]
       raw, number = pa.array(records, pa.large_binary()), np.asarray(number, dtype=np.int64)
     pieces, bad = _decode(decoder, records)
     rejected += [(first + int(number[i]), raw[i].as_py(), why) for i, why in bad]
     outs = []
     for pos, decoded in pieces:
       fields = list(zip(decoded.schema.names, decoded.columns))
+      if answers is not None:
+        fields.append((opts.response_column, answers.take(pa.array(pos))))
       whole = len(pos) == len(raw)
       outs.append(sources.finish(fields, names, file_index, first + number[pos],
                                  raw if whole else raw.take(pa.array(pos)),

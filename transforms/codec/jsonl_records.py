@@ -41,7 +41,8 @@ def column_names(f, path, opts):
       names = _first_keys(loads(bytes(buf[starts[0]:ends[0]])), opts)
     except ValueError as e:
       raise SourceError(f"{path}: line {lines[0]}: {e}") from None
-    envelope = [name for name, _ in opts.envelope]
+    envelope = [name for name, _ in opts.envelope] + (
+        [opts.response_column] if opts.response_column else [])
     names = [name for name in names if name not in _consumed(opts)]
     both = sorted(set(names) & set(envelope))
     if both:
@@ -160,6 +161,43 @@ def _mask(arr):
   return arr.to_numpy(zero_copy_only=False).astype(bool)
 
 
+def _ordinal(owner):
+  """Each payload's position among its line's payloads (owner: each payload's line, sorted)."""
+  if not len(owner):
+    return np.zeros(0, np.int64)
+  first = np.flatnonzero(np.concatenate(([True], owner[1:] != owner[:-1])))
+  return np.arange(len(owner)) - np.repeat(first, np.diff(np.append(first, len(owner))))
+
+
+def _answers(units):
+  """(per-payload answer lists, {payload: reason}) of a piece whose presets' responses were
+  read (request_logs.responses, split per record by the records each payload yielded)."""
+  texts, bad = units.responses
+  split, more = request_logs.split_responses(texts, units.counts()[1])
+  return split, {**bad, **more}
+
+
+def _record_answers(answers, payload, seen):
+  """(large_string answer of each record of a part, object array of reasons or None): record r
+  is the k-th of its payload, counting its records in the piece's earlier parts (`seen`:
+  {payload: records so far}, updated; a payload's records come out in order, in one part or
+  in consecutive ones, as a CSV payload's blocks)."""
+  split, bad = answers
+  ordinal = _ordinal(np.asarray(payload))
+  texts = [None] * len(payload)
+  why = np.full(len(payload), None, dtype=object)
+  base = {p: seen.get(p, 0) for p in set(payload.tolist())}
+  for p in base:
+    seen[p] = base[p] + int(np.count_nonzero(payload == p))
+  for r, (p, k) in enumerate(zip(payload.tolist(), ordinal.tolist())):
+    k += base[p]
+    if p in bad:
+      why[r] = bad[p]
+    elif p >= 0 and split[p] is not None and k < len(split[p]):
+      texts[r] = split[p][k]
+  return pa.array(texts, pa.large_string()), why
+
+
 class _Units:
   """What one piece of a block yields, each tied to its line and payload: parts of records
   (fields, line, payload, own raw(mask)) and rejects (line, payload, own raw, reason)."""
@@ -169,6 +207,7 @@ class _Units:
     self.parts, self.rejects = [], []
     self.payload_raw = pa.array([], pa.large_binary())
     self.payload_line = np.zeros(0, dtype=np.int64)
+    self.responses = (pa.array([], pa.large_binary()), {})  # request_logs.responses
 
   def reject(self, line, payload, own, why):
     if len(line):
@@ -241,7 +280,8 @@ class _Reader:
     units.account(empty)
     envelope = [(name, dig(objs, dotted.split("."))) for name, dotted in opts.envelope]
     consumed = _consumed(opts)
-    outs = []
+    answers = _answers(units) if opts.response_column else None
+    outs, seen = [], {}
     for fields, line, payload, own in units.parts:
       raw = units.raw(line_raw, line, payload, own)
       reasons = np.full(len(line), None, dtype=object)
@@ -251,6 +291,11 @@ class _Reader:
           reasons[_mask(values.is_valid())] = f"key {key!r} is also an envelope column"
       fields = [(k, v) for k, v in fields if k not in dict(envelope)]
       fields += [(name, values.take(pa.array(line))) for name, values in envelope]
+      if answers is not None:  # each record's own answer, or the reason it has none
+        column, why = _record_answers(answers, np.asarray(payload), seen)
+        fields.append((opts.response_column, column))
+        for i in np.flatnonzero(why != None):  # noqa: E711
+          reasons[i] = why[i] if reasons[i] is None else f"{reasons[i]}; {why[i]}"
       outs.append(sources.finish(fields, self.names, self.file_index, numbers[line], raw, reasons,
                                  terminated=True, text_columns=opts.text_columns))
     rejected = []
@@ -299,6 +344,8 @@ class _Reader:
     for i, why in bad:
       units.reject([i], [-1], pa.nulls(1, pa.large_binary()), why)
     units.payload_raw, units.payload_line = texts, owner
+    if self.opts.response_column:  # what the model answered each payload (presets)
+      units.responses = request_logs.responses(objs, self.opts.preset, owner, _ordinal(owner))
     csv = kinds == request_logs.CSV
     if csv.any():
       if not self.opts.payload_names:

@@ -31,7 +31,7 @@ from transforms.codec import csv_records
 from transforms.codec.json_values import dig, joined, loads
 
 __all__ = ["JSON", "JSONLINES", "CSV", "payload_kind", "first_payload", "payloads",
-           "one_line", "csv_payloads"]
+           "one_line", "csv_payloads", "responses", "split_responses"]
 
 JSON, JSONLINES, CSV = "json", "jsonlines", "csv"
 
@@ -172,3 +172,113 @@ def csv_payloads(texts, names, file_index):
     parts.append(([(name, batch.column(name)) for name in names], good,
                   batch.column(csv_records.RAW_COLUMN)))
   return parts, rejected
+
+
+# --------------------------------------------------------------------------- responses
+# What the model answered, beside each request (ingest --served_prediction with a preset):
+#   vertex     response_payload, a repeated STRING like request_payload: the i-th text answers
+#              the i-th request text (a line whose two lists differ in length answers none);
+#   sagemaker  captureData.endpointOutput: {observedContentType, mode, data, encoding}, the
+#              same encodings as endpointInput (JSON, CSV, BASE64 of either).
+# split_responses then gives each record of a payload its own answer.
+
+
+def responses(objs, preset, owner, request_index=None):
+  """(texts, reasons) per payload of payloads(objs, preset): the response text answering it
+  (large_binary; null where the line holds none) and, per payload index, why it has no usable
+  one ({payload: reason}). owner: each payload's line; request_index (vertex): each payload's
+  position in its line's request_payload list."""
+  n = len(owner)
+  if preset == "vertex":
+    req, resp = dig(objs, ("request_payload",)), dig(objs, ("response_payload",))
+    if not (pa.types.is_list(resp.type) or pa.types.is_large_list(resp.type)):
+      return pa.nulls(n, pa.large_binary()), {}
+    lengths = pc.list_value_length(resp).fill_null(0).to_numpy(zero_copy_only=False)
+    asked = (pc.list_value_length(req).fill_null(0).to_numpy(zero_copy_only=False)
+             if pa.types.is_list(req.type) or pa.types.is_large_list(req.type)
+             else np.ones(len(objs), np.int64))
+    starts = np.concatenate(([0], np.cumsum(lengths)))[:-1]
+    flat = pc.list_flatten(resp)
+    if not pa.types.is_string(flat.type):
+      return pa.nulls(n, pa.large_binary()), {}
+    ok = (lengths[owner] == asked[owner]) & (lengths[owner] > 0)
+    at = np.where(ok, starts[owner] + request_index, 0)
+    texts = flat.cast(pa.large_binary()).take(pa.array(at, mask=~ok)) if n else \
+        pa.array([], pa.large_binary())
+    bad = {int(p): f"response_payload holds {int(lengths[owner[p]])} predictions for "
+                   f"{int(asked[owner[p]])} request texts"
+           for p in np.flatnonzero(~ok & (lengths[owner] > 0))}
+    return texts, bad
+  out = dig(objs, ("captureData", "endpointOutput"))
+  data, enc, ctype = [dig(out, (key,)) for key in ("data", "encoding", "observedContentType")]
+  if not pa.types.is_string(data.type):
+    return pa.nulls(n, pa.large_binary()), {}
+  texts, bad = [], {}
+  encs = enc.to_pylist() if pa.types.is_string(enc.type) else [None] * len(objs)
+  types = ctype.to_pylist() if pa.types.is_string(ctype.type) else [None] * len(objs)
+  values = data.to_pylist()
+  for p, line in enumerate(owner):  # per capture: its encoding, like the request's
+    text, kind = values[line], payload_kind(encs[line], types[line])
+    if text is None or kind[1] is None:
+      texts.append(None)
+      if text is not None:
+        bad[p] = f"endpointOutput: {kind[0]}"
+      continue
+    try:
+      raw = base64.b64decode(text, validate=True) if kind[1] else text.encode("utf-8")
+    except (binascii.Error, ValueError) as e:
+      texts.append(None)
+      bad[p] = f"endpointOutput: BASE64 data that is not base64 ({e})"
+      continue
+    texts.append((b"csv:" if kind[0] == CSV else b"json:") + raw)
+  return pa.array(texts, pa.large_binary()), bad
+
+
+def split_responses(texts, counts):
+  """(per-record answer texts, reasons): for each payload p, its response split into counts[p]
+  answers -- a JSON {"predictions": [...]} body or a JSON list into its elements when the
+  payload holds several records, else the whole text; a CSV response (sagemaker) into its
+  non-empty lines; JSON Lines into its lines -- as a list of JSON texts per payload (None where
+  there is no response), and {payload: reason} where the count differs from counts[p].
+
+  Per payload in Python (json): responses are small and one per capture; a vectorised split
+  like the requests' is the next step when a benchmark shows it matters."""
+  import json
+  out, bad = [], {}
+  for p, raw in enumerate(texts.to_pylist()):
+    want = int(counts[p])
+    if raw is None or want == 0:
+      out.append(None)
+      continue
+    is_csv = raw.startswith(b"csv:")
+    body = raw[4:] if is_csv else raw[5:] if raw.startswith(b"json:") else raw
+    if is_csv:
+      parts = [line.strip().decode("utf-8", "replace") for line in body.splitlines()
+               if line.strip()]
+      if want == 1 and len(parts) > 1:
+        parts = [",".join(parts)]
+    else:
+      try:
+        value = json.loads(body)
+      except ValueError:
+        try:  # JSON Lines: one answer per line
+          value = {"predictions": [json.loads(t) for t in body.splitlines() if t.strip()]}
+        except ValueError as e:
+          out.append(None)
+          bad[p] = f"response that is not JSON ({e})"
+          continue
+      if isinstance(value, dict) and "predictions" in value:
+        value = value["predictions"]
+        parts = [json.dumps(v) for v in value] if isinstance(value, list) else [json.dumps(value)]
+        if want == 1 and len(parts) > 1 and not isinstance(value[0], (list, dict)):
+          parts = [json.dumps(value)]  # one record's scores
+      elif isinstance(value, list) and want > 1:
+        parts = [json.dumps(v) for v in value]
+      else:
+        parts = [json.dumps(value)]
+    if len(parts) != want:
+      out.append(None)
+      bad[p] = f"the response holds {len(parts)} predictions for {want} instances"
+      continue
+    out.append(parts)
+  return out, bad

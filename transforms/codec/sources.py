@@ -71,6 +71,10 @@ class SourceOptions:
   # Columns kept as JSON text: a list or object value there is its JSON text (render_json),
   # not a rejected record (ingest --served_prediction: a model's scores, in any shape).
   text_columns: tuple = ()
+  # With a preset: the column filled with each record's answer from the log's response
+  # (request_logs.responses; ingest --served_prediction NAME), None: responses not read.
+  response_column: str | None = None
+  model_output: str | None = None  # a PredictResponse's output holding the scores (tf_serving)
 
   @property
   def dialect(self):
