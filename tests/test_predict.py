@@ -289,3 +289,135 @@ def test_the_logger_given_the_model_logs_the_decisions_the_job_logs(model, tmp_p
   with pytest.raises(UsageError, match="needs --decision"):
     ProductionLogger.from_features_dir(model["offline"], str(tmp_path / "log2"),
                                        model_dir=model["m32"])
+
+
+def _taxi_rows(model):
+  """(the offline run's records as the ingest shards hold them, {key: the model's scores})."""
+  import glob
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  shards = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
+      os.path.join(model["ingest"], "parquet", "*.parquet")))])
+  log = taxi_model.log_table(model["offm"])
+  scores = dict(zip(log.column("key").to_pylist(), log.column("prediction").to_pylist()))
+  columns = [c for c in shards.schema.names if not c.startswith("__")]
+  return [({c: r[c] for c in columns}, scores[r["__key__"]]) for r in shards.to_pylist()], columns
+
+
+def _csv_cell(v):
+  return "" if v is None else repr(v) if isinstance(v, float) else str(v)
+
+
+def _preset_diff(model, tmp_path, name, lines, preset):
+  from tests.conftest import ingest
+  path = tmp_path / f"{name}.jsonl"
+  path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+  data = ingest(tmp_path / f"{name}_ingest", "--preset", preset, "--served_prediction", "pred",
+                "--schema_from", model["ingest"], "--num_shards", "4", inputs=str(path))
+  prod = features(data, tmp_path / name, "--transform_fn_dir",
+                  os.path.join(model["offline"], "transform_fn"), "--decision", model["rule"])
+  return _diff(model["offm"], prod, tmp_path / f"d_{name}")
+
+
+def test_vertex_responses_that_are_the_models_own_change_no_decision(model, tmp_path):
+  """Vertex AI request-response logging exported as JSON Lines (BigQuery table columns
+  request_payload and response_payload, repeated STRING): two instances per request, the i-th
+  response answering the i-th instance, a bare score or an object as the model wrote it."""
+  rows, _ = _taxi_rows(model)
+  lines = []
+  for i in range(0, len(rows), 2):
+    pair = rows[i:i + 2]
+    lines.append({"endpoint": "e", "deployed_model_id": "m-1", "request_id": str(i),
+                  "logging_time": "2024-05-01T00:00:00Z",
+                  "request_payload": [json.dumps(r) for r, _ in pair],
+                  "response_payload": [json.dumps(s[0] if k else {"probability": s})
+                                       for k, (_, s) in enumerate(pair)]})
+  code, r = _preset_diff(model, tmp_path, "vertex", lines, "vertex")
+  d = r["decisions"]
+  assert d["compared"] == r["records"]["matched_keys"] == len(rows)
+  assert d["flips"] == 0 and d["max_abs_delta"] == 0.0 and code == 0
+
+
+def test_data_capture_responses_in_json_csv_and_base64_change_no_decision(model, tmp_path):
+  """SageMaker Data Capture lines (captureData.endpointInput / endpointOutput): JSON bodies of
+  two instances answered by {"predictions": [...]}, CSV payloads answered by CSV lines, and
+  BASE64 JSON captures, one after the other."""
+  import base64
+  rows, columns = _taxi_rows(model)
+
+  def capture(data_in, data_out, encoding, content_type):
+    side = lambda mode, data: {"observedContentType": content_type, "mode": mode,  # noqa: E731
+                               "data": data, "encoding": encoding}
+    return {"captureData": {"endpointInput": side("INPUT", data_in),
+                            "endpointOutput": side("OUTPUT", data_out)},
+            "eventMetadata": {"eventId": "e", "inferenceTime": "2024-05-01T00:00:00Z"},
+            "eventVersion": "0"}
+  lines, i = [], 0
+  while i < len(rows):
+    kind = (i // 2) % 3
+    pair = rows[i:i + 2]
+    if kind == 0:
+      lines.append(capture(json.dumps({"instances": [r for r, _ in pair]}),
+                           json.dumps({"predictions": [s for _, s in pair]}), "JSON",
+                           "application/json"))
+    elif kind == 1:
+      text = "\n".join(",".join(_csv_cell(r[c]) for c in columns) for r, _ in pair)
+      lines.append(capture(text, "\n".join(repr(s[0]) for _, s in pair), "CSV", "text/csv"))
+    else:
+      lines += [capture(base64.b64encode(json.dumps(r).encode()).decode(),
+                        base64.b64encode(json.dumps(s).encode()).decode(), "BASE64",
+                        "application/json") for r, s in pair]
+    i += 2
+  code, r = _preset_diff(model, tmp_path, "capture", lines, "sagemaker")
+  d = r["decisions"]
+  assert d["compared"] == r["records"]["matched_keys"] == len(rows)
+  assert d["flips"] == 0 and d["max_abs_delta"] == 0.0 and code == 0
+
+
+def test_prediction_log_responses_of_the_three_kinds_are_each_examples_answer(tmp_path):
+  """TF Serving PredictionLogs (tensorflow_serving/apis/prediction_log.proto): a classify log's
+  class scores, a regress log's value, a predict log's output tensor, each example its own; a
+  response answering another number of examples is a dead letter with its reason."""
+  import pyarrow.parquet as pq
+  import tensorflow as tf
+  from tensorflow_serving.apis import prediction_log_pb2
+  from tests.conftest import ingest
+
+  def example(i):
+    return tf.train.Example(features=tf.train.Features(feature={
+        "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}))
+  logs = []
+  log = prediction_log_pb2.PredictionLog()
+  log.classify_log.request.input.example_list.examples.extend([example(1), example(2)])
+  for scores in ([0.25, 0.75], [0.5, 0.5]):
+    c = log.classify_log.response.result.classifications.add()
+    for j, v in enumerate(scores):
+      c.classes.add(label=str(j), score=v)
+  logs.append(log.SerializeToString())
+  log = prediction_log_pb2.PredictionLog()
+  log.regress_log.request.input.example_list.examples.extend([example(3)])
+  log.regress_log.response.result.regressions.add(value=0.125)
+  logs.append(log.SerializeToString())
+  log = prediction_log_pb2.PredictionLog()
+  log.predict_log.request.inputs["examples"].CopyFrom(tf.make_tensor_proto(
+      [example(4).SerializeToString(), example(5).SerializeToString()]))
+  log.predict_log.response.outputs["probability"].CopyFrom(
+      tf.make_tensor_proto([[0.375], [0.625]], dtype=tf.float32))
+  logs.append(log.SerializeToString())
+  log = prediction_log_pb2.PredictionLog()  # two examples, one regression
+  log.regress_log.request.input.example_list.examples.extend([example(6), example(7)])
+  log.regress_log.response.result.regressions.add(value=0.5)
+  logs.append(log.SerializeToString())
+  path = str(tmp_path / "logs.tfrecord")
+  with tf.io.TFRecordWriter(path) as w:
+    for record in logs:
+      w.write(record)
+  out = ingest(tmp_path / "ingest", "--preset", "tf_serving", "--key_columns", "id",
+               "--served_prediction", "pred", "--max_rejected_fraction", "1", inputs=path)
+  import glob
+  got = pq.read_table(glob.glob(os.path.join(out, "parquet", "*.parquet"))[0]).to_pylist()
+  assert {r["id"]: json.loads(r["pred"]) for r in got} == {
+      1: [0.25, 0.75], 2: [0.5, 0.5], 3: [0.125], 4: [0.375], 5: [0.625]}
+  with open(os.path.join(out, "rejected", "part-00000-of-00001.jsonl"), encoding="utf-8") as f:
+    assert [json.loads(line)["reason"] for line in f] == [
+        "the response holds 1 results for 2 examples"]

@@ -574,3 +574,17 @@ def test_render_json_reads_back():
   assert out[1] == b"null" and out[2] == b'{"s":null,"f":null,"l":[],"n":null,"o":null}'
   assert json.loads(out[0]) == {"s": 'a"\\\n\x01é', "f": -0.5, "l": [1, None], "n": None,
                                 "o": {"k": True}}
+
+
+def test_csv_payloads_give_every_record_its_own_payload():
+  """The last record of the last CSV payload belongs to that payload, not to the first one
+  (its offsets were once counted from 0 in a block of its own)."""
+  import numpy as np
+  import pyarrow as pa
+  from transforms.codec import request_logs
+  texts = pa.array([b"1,a\n2,b", b"3,c", b"4,d\n5,e"], pa.large_binary())
+  parts, rejected = request_logs.csv_payloads(texts, ["n", "s"], 0)
+  assert not rejected
+  owners = np.concatenate([good for _, good, _ in parts]).tolist()
+  cells = [v for fields, _, _ in parts for v in fields[0][1].to_pylist()]
+  assert list(zip(cells, owners)) == [(b"1", 0), (b"2", 0), (b"3", 1), (b"4", 2), (b"5", 2)]

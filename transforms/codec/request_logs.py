@@ -159,8 +159,12 @@ def csv_payloads(texts, names, file_index):
   rejected = [(int(j), texts[int(j)].as_py(), "CSV payload: unterminated quoted field")
               for j in np.flatnonzero(odd)]
   index = np.flatnonzero(~odd)
-  # One buffer, each payload after a line break (a leading one too, so that a BOM is data).
+  # One buffer, each payload after a line break (a leading one too, so that a BOM is data),
+  # and one after the last: every record is terminated, so the one block read holds them all
+  # at their offsets in the buffer (an unterminated last record would come in a block of its
+  # own, its offsets counted from 0, and be taken for the first payload's).
   data, offsets = joined(texts.filter(pa.array(~odd)), b"\n", b"")
+  data += b"\n"
   starts = offsets[:-1]
   parts = []
   for block in csv_records.iter_blocks(io.BytesIO(data), len(data) + 1):
