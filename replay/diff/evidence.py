@@ -179,6 +179,9 @@ def _format_cause(report, explained):
       c = dict(c, records=explained)
     causes.append(c)
   report["suspected_causes"] = causes
+  decisions = report.get("decisions")
+  if decisions and not explained:  # the decisions' causes are the report's causes
+    decisions["by_cause"] = [c for c in decisions["by_cause"] if c["field"] != "source.format"]
 
 
 def _rows(table, keys):

@@ -7,7 +7,7 @@ from replay.report.charts import _e, _num, _pct, _plain, _table
 
 __all__ = ["headline", "lines", "html"]
 
-_STAGE_WORDS = {"none": "no stage (noise)"}
+_STAGE_WORDS = {"none": "none (identical or noise)"}
 
 
 def headline(report):
@@ -37,7 +37,7 @@ def lines(report):
   d = report["decisions"]
   out = [first]
   for stage, records, flips, top in _origin(d):
-    if flips or stage != _STAGE_WORDS["none"]:
+    if flips or stage != _STAGE_WORDS["none"]:  # the records that part nowhere: only flips
       out.append(f"  from {_plain(stage)}: {flips} flips in {records} records "
                  f"(max |d| {_num(top)})")
   noise = d.get("by_class", {}).get("noise", {}).get("flips", 0)
@@ -69,15 +69,18 @@ def _attribution(d):
 
 
 def _histogram(d):
-  """The |delta prediction| histogram as an inline SVG bar chart over its decade bins."""
+  """The |delta prediction| histogram as an inline SVG bar chart over its decade bins; bar
+  heights on a log scale (the records with no delta would flatten every other bar), the
+  counts printed under them."""
+  import math
   counts = d["histogram"]["counts"]
   edges = d["histogram"]["edges"]
-  top = max(counts) or 1
+  top = math.log1p(max(counts) or 1)
   width, height, bar = 40 * len(counts) + 20, 140, 32
   parts = [f"<svg width=\"{width}\" height=\"{height}\" role=\"img\" "
            "aria-label=\"|delta prediction| histogram\">"]
   for i, n in enumerate(counts):
-    h = int(90 * n / top)
+    h = int(90 * math.log1p(n) / top)
     x = 10 + 40 * i
     lo = edges[i]
     label = "0" if lo == 0 else (f"{lo:.0e}" if lo < 1 else ">=1")
@@ -99,7 +102,7 @@ def html(report):
   if not d.get("compared"):
     return "".join(out)
   out.append(_table(["first divergent stage", "records", "decision flips", "max |d prediction|"],
-                    [list(r) for r in _origin(d)], "decisions"))
+                    [[s, n, f, _num(m)] for s, n, f, m in _origin(d)], "decisions"))
   out.append(_table(["record class", "records", "decision flips"],
                     [[c, e["records"], e["flips"]] for c, e in d.get("by_class", {}).items()],
                     "decision-classes"))
