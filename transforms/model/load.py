@@ -124,7 +124,7 @@ def load(spec, features):
 
 def _load_module(spec, features):
   try:
-    module = modules.import_feature_module(spec.module)
+    module = modules.import_feature_module(spec.module, "--model_module")
   except ImportError as e:
     raise UsageError(f"--model_module {spec.module}: {first_line(e)}") from None
   fn = getattr(module, "predict", None)

@@ -22,17 +22,17 @@ def source_digest(module):
     return "sha256:" + hashlib.sha256(f.read()).hexdigest()
 
 
-def import_feature_module(name):
+def import_feature_module(name, flag="--transform_module"):
   """A feature module by its dotted name, or by the path of its .py file (then registered
   under its absolute path, which the run metadata records, so a logger imports the same
-  file)."""
+  file); `flag` names the option in the error for a missing file (--model_module too)."""
   if not (name.endswith(".py") or os.sep in name):
     return importlib.import_module(name)
   path = os.path.abspath(name)
   if path in sys.modules:
     return sys.modules[path]
   if not os.path.isfile(path):
-    raise UsageError(f"--transform_module {name}: no such file")
+    raise UsageError(f"{flag} {name}: no such file")
   spec = importlib.util.spec_from_file_location(path, path)
   module = importlib.util.module_from_spec(spec)
   sys.modules[path] = module
