@@ -262,7 +262,9 @@ def _what_differs(report):
                f" first differs at {_e(row[1])}" +
                (f"; features {_e(row[2])}" if row[2] else "; no feature value differs") +
                (f"; {_e(row[3])}" if row[3] else "") +
-               (f"; input {_e(row[4])}" if row[4] else "") + ".</p>\n")
+               (f"; input {_e(row[4])}" if row[4] else "") +
+               ("; " + _e(_pairs({k: example[k] for k in ("prediction", "decision")}))
+                if "prediction" in example else "") + ".</p>\n")
   out.append("</div>\n")
   return "".join(out)
 
