@@ -11,7 +11,7 @@ from transforms.codec import tfrecord
 from transforms.spec import event_time, schema, window
 from transforms.spec.dataset import side_of
 
-__all__ = ["read_dataset_column"]
+__all__ = ["read_dataset_column", "null_columns_retyped"]
 
 
 def _check_event_time(opts, module, manifest, types):
@@ -85,3 +85,31 @@ def read_dataset_column(input_dir, manifest, column, arrow_type):
       else:
         yield tfrecord.decode_tfrecord(f.read(), [(column, arrow_type)]).column(
             column).combine_chunks()
+
+
+# The dataset type a column takes from the transform_fn input dtype it feeds (graph/feed.py
+# feed_dtype: INT columns reach TFT as int64, FLOAT as float64, BYTES as string).
+_TYPE_OF_DTYPE = {"int64": schema.INT, "float64": schema.FLOAT, "string": schema.BYTES}
+
+
+def null_columns_retyped(input_dir, manifest, columns, transform_fn_dir):
+  """{column: type} of the dataset columns that hold no value at all (null in every record of
+  every shard) and whose type is not the one the given transform_fn takes: such a column (a
+  sampled log where a sparse column is null throughout, typed BYTES by inference) takes the
+  transform_fn's type -- it has no value a type could misread. Any other mismatch is left to
+  check_transform_fn_dir to refuse."""
+  from transforms.graph import feed
+  try:
+    inputs = feed.transform_fn_inputs(transform_fn_dir)
+  except ValueError:
+    return {}  # check_transform_fn_dir names what is wrong with the folder
+  out = {}
+  for name, typ in columns:
+    spec = inputs.get(name)
+    want = _TYPE_OF_DTYPE.get(getattr(getattr(spec, "dtype", None), "name", None))
+    if want is None or want == typ:
+      continue
+    if all(arr.null_count == len(arr) for arr in
+           read_dataset_column(input_dir, manifest, name, schema.ARROW_TYPES[typ])):
+      out[name] = want
+  return out

@@ -22,7 +22,8 @@ from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, feature_module, features_output, verify
 from pipelines.features_checks import (_check_event_time, _check_logged_counts,
-                                       _check_served_predictions, read_dataset_column)
+                                       _check_served_predictions, null_columns_retyped,
+                                       read_dataset_column)
 from pipelines.features_flags import FeaturesOptions, model_flags
 from pipelines.feature_module import load_profile_and_module
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
@@ -63,6 +64,8 @@ class FeaturesPlan:
   model: object = None   # the predict stage's ModelSpec (transforms/model/load.py)
   # The loaded model's identity (run metadata's `model`), filled when the pipeline is built.
   model_identity: dict = dataclasses.field(default_factory=dict)
+  # Columns null throughout that take the given transform_fn's type ({name: type}).
+  retyped: dict = dataclasses.field(default_factory=dict)
 
 
 def _verified(input_dir, verifying):
@@ -85,7 +88,10 @@ def plan_features(opts, pool):
     _check_event_time(opts, module, manifest, dict(columns))
     _check_logged_counts(opts, manifest, aggregates)
     _check_served_predictions(opts, manifest)
-    if opts.transform_fn_dir:
+    retyped = {}
+    if opts.transform_fn_dir:  # a column null throughout takes the transform_fn's type
+      retyped = null_columns_retyped(opts.input_dir, manifest, columns, opts.transform_fn_dir)
+      columns = [(n, retyped.get(n, t)) for n, t in columns]
       check_transform_fn_dir(opts.transform_fn_dir, columns, aggregates)
   except (common.UsageError, KeyError, TypeError, ValueError, OSError):
     _verified(opts.input_dir, verifying)
@@ -99,7 +105,8 @@ def plan_features(opts, pool):
                       pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env,
                                              manifest["key_columns"]),
                       model=model_flags.spec_of(opts, decision_alone=bool(
-                          side_of(manifest).get("prediction")))), verifying
+                          side_of(manifest).get("prediction"))),
+                      retyped=retyped), verifying
 
 
 def _key_text(columns):
@@ -216,10 +223,16 @@ def build_pipeline(plan, options, temp_dir):
   pattern = FileSystems.join(plan.input_dir, "parquet", "*.parquet")
   batches = p | "ReadShards" >> _ShardsTFXIO(
       pattern, telemetry_descriptors=["skewtrace", "features"]).BeamSource()
+  if plan.retyped:  # all-null columns in the type the given transform_fn takes
+    casts = {n: schema.ARROW_TYPES[t] for n, t in plan.retyped.items()}
+    batches = batches | "Retype" >> beam.Map(_cast, casts).with_output_types(pa.RecordBatch)
   count_columns = sorted({event} | {c for a in plan.aggregates for c in window.input_columns(a)})
   count_batches = p | "ReadWindowColumns" >> _ShardsTFXIO(
       pattern, column_names=count_columns,
       telemetry_descriptors=["skewtrace", "features"]).BeamSource()
+  if plan.retyped:
+    count_batches = count_batches | "RetypeWindowColumns" >> beam.Map(
+        _cast, casts).with_output_types(pa.RecordBatch)
   side = plan.side or side_of(plan.manifest)
   windowed = (batches, count_batches) | "Window" >> WindowRecords(
       event, plan.aggregates, prof, event_format=event_format, event_zone=event_zone,
@@ -292,6 +305,13 @@ def _served_identity(plan, side):
         values |= set(arr.cast(pa.string()).drop_null().unique().to_pylist())
       out[column] = ",".join(sorted(values))
   return out
+
+
+def _cast(batch, types):
+  """A RecordBatch with the columns of {name: Arrow type} cast (all null: nothing to misread)."""
+  arrays = [batch.column(i).cast(types[f.name]) if f.name in types else batch.column(i)
+            for i, f in enumerate(batch.schema)]
+  return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
 
 
 def _write_json(value, path):

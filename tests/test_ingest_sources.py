@@ -188,10 +188,11 @@ def test_envelope_columns_are_context_kept_and_never_transformed(shapes, taxi_ru
 def test_a_sample_whose_column_holds_no_value_takes_the_offline_types(taxi_runs, taxi_features,
                                                                        tmp_path):
   """A sampled JSON Lines log in which pickup_census_tract is null in every record: inferred,
-  the column cannot be typed INT, and the offline transform_fn refuses it. --schema_from the
-  offline dataset (or its features run) types it as offline did; the log then replays with
-  the offline transform_fn, every record equal to offline's up to the window stage (whose
-  counts the sample takes over itself: the coverage cause, tests above)."""
+  the column cannot be typed INT. Replayed with the offline transform_fn it takes the type the
+  transform_fn expects (it holds no value a type could misread), as --schema_from the offline
+  dataset (or its features run) types it; a column holding a value of another type is still
+  refused. Either way the log replays, every record equal to offline's up to the window stage
+  (whose counts the sample takes over itself: the coverage cause, tests above)."""
   from pipelines import common
   from replay.diff import job as diff
   _, records, _ = _taxi()
@@ -204,8 +205,15 @@ def test_a_sample_whose_column_holds_no_value_takes_the_offline_types(taxi_runs,
                     inputs=str(path))
   typed = {c["name"]: c["type"] for c in _manifest(inferred)["schema"]["columns"]}
   assert typed["pickup_census_tract"] != "INT"
-  with pytest.raises(common.UsageError, match="pickup_census_tract"):
-    features(inferred, tmp_path / "f_inferred", "--transform_fn_dir", fn)
+  auto = features(inferred, tmp_path / "f_inferred", "--transform_fn_dir", fn)
+  with open(os.path.join(auto, "run_metadata.json"), encoding="utf-8") as f:
+    assert {c["name"]: c["type"] for c in json.load(f)["schema"]["columns"]}[
+        "pickup_census_tract"] == "INT"
+  wrong = tmp_path / "wrong.jsonl"
+  _write_lines(wrong, sample + [dict(sample[0], pickup_census_tract="tract 7")])
+  with pytest.raises(common.UsageError, match="pickup_census_tract is int64 there, string here"):
+    features(ingest(tmp_path / "wrong", "--num_shards", "1", inputs=str(wrong)),
+             tmp_path / "f_wrong", "--transform_fn_dir", fn)
   offline_types = {c["name"]: c["type"] for c in _manifest(taxi_runs["direct"])["schema"][
       "columns"]}
   for origin in (taxi_runs["direct"], taxi_features["direct"]):
@@ -227,6 +235,12 @@ def test_a_sample_whose_column_holds_no_value_takes_the_offline_types(taxi_runs,
   assert set(parted) <= {"window"} and code == (1 if parted else 0)
   assert [c["records"] for c in report["suspected_causes"] if c["field"] == "coverage"] == \
       ([parted["window"]] if parted else [0])
+  diff.run(["--offline", taxi_features["direct"], "--production", auto, "--output_dir",
+            str(tmp_path / "diff_auto")])
+  with open(tmp_path / "diff_auto" / "report.json", encoding="utf-8") as f:
+    retyped = json.load(f)
+  assert retyped["records"] == report["records"]
+  assert retyped["first_divergent_stage"] == report["first_divergent_stage"]
 
 
 def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
