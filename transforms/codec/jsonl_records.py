@@ -170,32 +170,33 @@ def _ordinal(owner):
 
 
 def _answers(units):
-  """(per-payload answer lists, {payload: reason}) of a piece whose presets' responses were
-  read (request_logs.responses, split per record by the records each payload yielded)."""
+  """(flat answer texts, each payload's first index in them, each payload's answer count, the
+  reason per payload without a usable one) of a piece whose presets' responses were read
+  (request_logs.responses, split per record by the records each payload yielded)."""
   texts, bad = units.responses
   split, more = request_logs.split_responses(texts, units.counts()[1])
-  return split, {**bad, **more}
+  counts = np.array([len(x) if x is not None else 0 for x in split], np.int64)
+  flat = pa.array([t for x in split if x is not None for t in x], pa.large_string())
+  starts = np.concatenate(([0], np.cumsum(counts)))[:-1].astype(np.int64)
+  reasons = np.full(len(split) + 1, None, dtype=object)  # the last: payload -1 (none)
+  for p, why in {**bad, **more}.items():
+    reasons[p] = why
+  return flat, starts, counts, reasons
 
 
 def _record_answers(answers, payload, seen):
   """(large_string answer of each record of a part, object array of reasons or None): record r
   is the k-th of its payload, counting its records in the piece's earlier parts (`seen`:
-  {payload: records so far}, updated; a payload's records come out in order, in one part or
-  in consecutive ones, as a CSV payload's blocks)."""
-  split, bad = answers
-  ordinal = _ordinal(np.asarray(payload))
-  texts = [None] * len(payload)
-  why = np.full(len(payload), None, dtype=object)
-  base = {p: seen.get(p, 0) for p in set(payload.tolist())}
-  for p in base:
-    seen[p] = base[p] + int(np.count_nonzero(payload == p))
-  for r, (p, k) in enumerate(zip(payload.tolist(), ordinal.tolist())):
-    k += base[p]
-    if p in bad:
-      why[r] = bad[p]
-    elif p >= 0 and split[p] is not None and k < len(split[p]):
-      texts[r] = split[p][k]
-  return pa.array(texts, pa.large_string()), why
+  payload -> records so far, a numpy array updated in place; a payload's records come out in
+  order, in one part or in consecutive ones, as a CSV payload's blocks)."""
+  flat, starts, counts, reasons = answers
+  k = _ordinal(payload) + seen[payload]
+  np.add.at(seen, payload, 1)
+  ok = (payload >= 0) & (k < counts[payload]) & (reasons[payload] == None)  # noqa: E711
+  at = np.where(ok, starts[payload] + k, 0)
+  column = flat.take(pa.array(at, mask=~ok)) if len(flat) else pa.nulls(len(payload),
+                                                                        pa.large_string())
+  return column, reasons[payload]
 
 
 class _Units:
@@ -281,7 +282,7 @@ class _Reader:
     envelope = [(name, dig(objs, dotted.split("."))) for name, dotted in opts.envelope]
     consumed = _consumed(opts)
     answers = _answers(units) if opts.response_column else None
-    outs, seen = [], {}
+    outs, seen = [], np.zeros(len(units.payload_raw) + 1, np.int64)
     for fields, line, payload, own in units.parts:
       raw = units.raw(line_raw, line, payload, own)
       reasons = np.full(len(line), None, dtype=object)
