@@ -421,3 +421,33 @@ def test_prediction_log_responses_of_the_three_kinds_are_each_examples_answer(tm
   with open(os.path.join(out, "rejected", "part-00000-of-00001.jsonl"), encoding="utf-8") as f:
     assert [json.loads(line)["reason"] for line in f] == [
         "the response holds 1 results for 2 examples"]
+
+
+def test_a_keras_export_given_to_the_diff_predicts_the_side_that_logs_none(model, tmp_path):
+  """A Keras model exported for serving (model.export: signatures serve and serving_default,
+  output output_0) given to the diff: it predicts the offline side, which ran no model; the
+  production side logs the float32 model's answers. The flips are those plain TF gives."""
+  import keras
+  import tensorflow as tf
+  keras.utils.set_random_seed(3)
+  inputs = {n: keras.Input(shape=(), name=n, dtype="float32" if n in taxi_model.FLOATS
+                           else "int64") for n in taxi_model.INPUTS}
+  dense = keras.layers.Concatenate()([keras.layers.Reshape((1,))(inputs[n])
+                                      for n in taxi_model.FLOATS])
+  score = keras.layers.Dense(1, activation="sigmoid")(keras.layers.Dense(8, "relu")(dense))
+  export = str(tmp_path / "keras")
+  keras.Model(inputs, score).export(export, verbose=False)
+  o, p = taxi_model.matched(model["offline"], model["offm"])
+  fn = tf.saved_model.load(export).signatures["serving_default"]
+  xo = taxi_model.model_inputs(o)
+  keras_scores = fn(**{n: tf.constant(xo[n]) for n in taxi_model.INPUTS})["output_0"].numpy()
+  logged = np.array(p.column("prediction").to_pylist())[:, 0]
+  want = int(np.count_nonzero((keras_scores[:, 0] >= model["threshold"]) !=
+                              (logged >= model["threshold"])))
+  _, r = _diff(model["offline"], model["offm"], tmp_path / "d", "--model_dir", export,
+               "--decision", model["rule"])
+  d = r["decisions"]
+  assert d["models"]["offline"]["predicted_by"] and d["models"]["production"]["kind"] == \
+      "saved_model"
+  assert d["compared"] == 15002 and d["flips"] == want > 0
+  assert r["first_divergent_stage"]["predict"] > 0  # the same inputs, another model

@@ -5,8 +5,9 @@ Two kinds (docs/features.md, "The model and the predict stage"):
   SavedModel  --model_dir: a TensorFlow SavedModel. --model_signature names the signature; by
               default the one signature whose inputs are all transformed features (a TFX Trainer
               export also has serving_default over serialized tf.Examples, which applies the
-              TFT layer itself: that one is not it). --model_output names the output; by
-              default the signature's only one.
+              TFT layer itself: that one is not it); serving_default when several do (a Keras
+              export holds "serve" and "serving_default", the same function). --model_output
+              names the output; by default the signature's only one.
   module hook --model_module: a module (dotted name or .py file) defining
               predict(features: dict[str, numpy array]) -> numpy array, fed every transformed
               feature (strings as bytes objects): scikit-learn, XGBoost, anything.
@@ -154,6 +155,8 @@ def _choose_signature(spec, signatures, features):
              if set(_signature_inputs(fn)) <= set(features)]
   if len(fitting) == 1:
     return fitting[0]
+  if "serving_default" in fitting:  # a Keras export: "serve" and "serving_default", the same
+    return "serving_default"
   described = "; ".join(f"{name}({', '.join(sorted(_signature_inputs(fn)))})"
                         for name, fn in sorted(signatures.items()))
   if not fitting:
