@@ -31,7 +31,7 @@ from transforms.beam.progress import Progress, stage_counts
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
 from transforms.spec import event_time, feature_log, pii, run_files, run_metadata, schema, window
 from transforms.spec import profile as profiles
-from transforms.spec.dataset import record_columns, side_of
+from transforms.spec.dataset import MODEL_IDENTITY, record_columns, side_of
 from transforms.spec.errors import first_line
 from transforms.spec.stages import STAGES, value_columns as stage_value_columns
 from transforms.stages.serialize_records import SerializeRecords
@@ -286,11 +286,6 @@ def build_pipeline(plan, options, temp_dir):
   return p
 
 
-# Context columns (ingest --envelope) whose values name the model that answered: recorded in
-# run metadata's model (their distinct values), where the diff's causes at predict read them.
-IDENTITY_COLUMNS = ("deployed_model_id", "model_version", "device", "runtime")
-
-
 def _served_identity(plan, side):
   """run metadata `model` fields of a dataset with served predictions: the column, and each
   identity context column's distinct values (comma-joined, sorted); with no model of the run's
@@ -299,7 +294,7 @@ def _served_identity(plan, side):
   if not plan.model.given():
     out.update(source="served", kind="served", digest=None, decision=plan.model.decision)
   for column in sorted(side.get("context", {})):
-    if column in IDENTITY_COLUMNS:
+    if column in MODEL_IDENTITY:  # spec/dataset.py: the columns naming the answering model
       values = set()
       for arr in read_dataset_column(plan.input_dir, plan.manifest, column, pa.string()):
         values |= set(arr.cast(pa.string()).drop_null().unique().to_pylist())

@@ -151,8 +151,9 @@ class IngestOptions(PipelineOptions):
       side = side_entry(_pairs(flags.served, "--served", "COLUMN=FEATURE"),
                         _pairs(flags.logged_aggregates, "--logged_aggregates",
                                "COLUMN=AGGREGATE"),
-                        {n.strip(): p.strip() for n, _, p in
-                         (item.partition("=") for item in _items(flags.envelope))},
+                        {**ingest_columns.preset_identity(flags),
+                         **{n.strip(): p.strip() for n, _, p in
+                            (item.partition("=") for item in _items(flags.envelope))}},
                         {flags.served_prediction.strip(): PREDICTION}
                         if flags.served_prediction.strip() else None)
     except ValueError as e:
@@ -198,6 +199,9 @@ def _source_options(opts, paths, payload_names):
                             f"input, not {fmt}")
   envelope = tuple((n.strip(), p.strip()) for n, _, p in
                    (item.partition("=") for item in _items(opts.envelope)))
+  if fmt == "jsonl":  # a JSON Lines preset's identity columns come from the line
+    envelope += tuple((c, f) for c, f in ingest_columns.preset_identity(opts).items()
+                      if c not in dict(envelope))
   record_path = tuple(k for k in opts.record_path.split(".") if k) if opts.record_path else ()
   return sources.SourceOptions(format=fmt, record_path=record_path, preset=opts.preset or None,
                                envelope=envelope, payload_names=tuple(payload_names),
@@ -205,17 +209,7 @@ def _source_options(opts, paths, payload_names):
                                text_columns=tuple(c for c in [opts.served_prediction.strip()] if c),
                                response_column=(opts.served_prediction.strip() or None)
                                if opts.preset else None,
-                               **_dialect(opts))
-
-
-def _dialect(opts):
-  """--delimiter and --quote_char as SourceOptions fields ("tab" and "\\t" mean a tab)."""
-  delimiter = {"tab": "\t", "\\t": "\t"}.get(opts.delimiter, opts.delimiter)
-  problem = csv_records.Dialect(delimiter, opts.quote_char).problem()
-  if problem:
-    field, why = problem
-    raise common.UsageError(f"--{'quote_char' if field == 'quote' else 'delimiter'}: {why}")
-  return {"delimiter": delimiter, "quote_char": opts.quote_char}
+                               **ingest_columns.dialect(opts))
 
 
 IngestFlags = common.flags_type("IngestFlags", IngestOptions, __name__)

@@ -1,15 +1,17 @@
 """Ingest's view of its input before the job: the columns (a CSV header, the first record),
-the types --schema_from takes from another dataset or features run, and the hint an unknown
-column's error gives (another delimiter, the columns found, the preset a request log needs).
+the types --schema_from takes from another dataset or features run, the hint an unknown
+column's error gives (another delimiter, the columns found, the preset a request log needs), the
+CSV dialect of its flags and the identity columns a preset fills beside served predictions.
 """
 import os
 
 from pipelines import common, dataset
 from transforms.codec import csv_records, sources
 from transforms.spec import run_metadata
+from transforms.codec.sources import PRESET_IDENTITY
 from transforms.spec.dataset import record_columns
 
-__all__ = ["column_names", "types_from", "hint"]
+__all__ = ["column_names", "types_from", "hint", "preset_identity", "dialect"]
 
 
 def types_from(folder):
@@ -64,3 +66,21 @@ def column_names(paths, source):
         return list(names)
     raise common.UsageError(f"no record: no input file holds a record ({', '.join(paths)})")
   return dataset.csv_header(paths, source.dialect)
+
+
+def preset_identity(flags):
+  """{context column: log field} a preset fills beside its served predictions: the identity of
+  the model that answered (codec/sources.PRESET_IDENTITY), recorded by pipelines.features."""
+  if not flags.served_prediction.strip():
+    return {}
+  return dict(PRESET_IDENTITY.get(flags.preset or "", {}))
+
+
+def dialect(opts):
+  """--delimiter and --quote_char as SourceOptions fields ("tab" and "\\t" mean a tab)."""
+  delimiter = {"tab": "\t", "\\t": "\t"}.get(opts.delimiter, opts.delimiter)
+  problem = csv_records.Dialect(delimiter, opts.quote_char).problem()
+  if problem:
+    field, why = problem
+    raise common.UsageError(f"--{'quote_char' if field == 'quote' else 'delimiter'}: {why}")
+  return {"delimiter": delimiter, "quote_char": opts.quote_char}

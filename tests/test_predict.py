@@ -396,6 +396,7 @@ def test_prediction_log_responses_of_the_three_kinds_are_each_examples_answer(tm
   logs.append(log.SerializeToString())
   log = prediction_log_pb2.PredictionLog()
   log.regress_log.request.input.example_list.examples.extend([example(3)])
+  log.regress_log.request.model_spec.version.value = 7  # the model version that answered
   log.regress_log.response.result.regressions.add(value=0.125)
   logs.append(log.SerializeToString())
   log = prediction_log_pb2.PredictionLog()
@@ -418,6 +419,10 @@ def test_prediction_log_responses_of_the_three_kinds_are_each_examples_answer(tm
   got = pq.read_table(glob.glob(os.path.join(out, "parquet", "*.parquet"))[0]).to_pylist()
   assert {r["id"]: json.loads(r["pred"]) for r in got} == {
       1: [0.25, 0.75], 2: [0.5, 0.5], 3: [0.125], 4: [0.375], 5: [0.625]}
+  assert {r["id"]: r["model_version"] for r in got} == {1: None, 2: None, 3: 7, 4: None,
+                                                         5: None}
+  with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:  # context, no record
+    assert json.load(f)["side_columns"]["context"] == {"model_version": "model_spec.version"}
   with open(os.path.join(out, "rejected", "part-00000-of-00001.jsonl"), encoding="utf-8") as f:
     assert [json.loads(line)["reason"] for line in f] == [
         "the response holds 1 results for 2 examples"]

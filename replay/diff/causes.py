@@ -16,7 +16,7 @@ a record, tied to the stage it can first affect (docs/replay.md has the table):
 Pure: it reads the two metadata documents replay/diff/runs.py loaded.
 """
 from transforms.spec import run_metadata
-from transforms.spec.dataset import coverage_of
+from transforms.spec.dataset import MODEL_IDENTITY, coverage_of
 from transforms.spec.stages import STAGES
 
 __all__ = ["VERSION_STAGES", "suspected_causes"]
@@ -79,8 +79,7 @@ def _partial_windows(out, offline, production):
 
 # The model identity fields a predict-stage cause names (run metadata's `model`; the source path
 # is not one: two copies of one model agree by digest).
-MODEL_FIELDS = ("kind", "digest", "signature", "output", "decision", "tf", "deployed_model_id",
-                "model_version", "device", "runtime")
+MODEL_FIELDS = ("kind", "digest", "signature", "output", "decision", "tf") + MODEL_IDENTITY
 
 
 def _model(out, offline, production):

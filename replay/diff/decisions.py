@@ -26,6 +26,7 @@ FP_PREDICT = fp_column(PREDICT.name)
 # The |delta| histogram's bin edges: [0, 1e-9), [1e-9, 1e-8), ..., [0.1, 1), [1, inf).
 EDGES = (0.0,) + tuple(10.0 ** e for e in range(-9, 1)) + (math.inf,)
 _NO_STAGE = "none"  # by_stage's key of records that part at no stage (identical or noise)
+_NO_RECORDS = {"records": 0, "flips": 0, "max_abs_delta": 0.0, "mean_abs_delta": 0.0}
 
 
 def empty():
@@ -157,7 +158,7 @@ def equal_bucket(entry, cap=None):
 
 def summary(d, causes=()):
   """report.json's `decisions` of merged decisions `d`; causes: the report's suspected causes
-  (dicts with stage and field), each given the flips of its stage."""
+  (dicts with stage and field), each given its stage's records, flips and |delta|s."""
   from replay.diff import predicting
   n = d["compared"]
   mean = math.fsum(d["delta_sums"]) / n if n else 0.0
@@ -171,7 +172,8 @@ def summary(d, causes=()):
       "by_stage": by_stage,
       "by_class": {c: {"records": e[0], "flips": e[1]} for c, e in sorted(d["by_class"].items())},
       "by_cause": [{"stage": c["stage"], "field": c["field"],
-                    "flips": d["by_stage"].get(c["stage"], [0, 0])[1]} for c in causes],
+                    **{k: by_stage.get(c["stage"], _NO_RECORDS)[k] for k in _NO_RECORDS}}
+                   for c in causes],
       "histogram": {"edges": [e if math.isfinite(e) else None for e in EDGES],
                     "counts": list(d["histogram"])},
       "samples": [e[2] for e in d["samples"]],

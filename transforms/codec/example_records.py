@@ -25,6 +25,8 @@ from transforms.codec.sources import SourceError
 
 __all__ = ["column_names", "iter_batches"]
 
+# The context column a PredictionLog's model_spec.version fills (sources.PRESET_IDENTITY).
+_IDENTITY = tuple(sources.PRESET_IDENTITY[sources.TF_SERVING])
 _TRUNCATED = (1, 3)  # tfrecord framing codes that may only mean "the block ends mid-record"
 
 
@@ -43,7 +45,8 @@ def column_names(f, path, opts):
       batch = example_coder.ExamplesToRecordBatchDecoder().DecodeBatch(first[:1])
     except RuntimeError as e:
       raise SourceError(f"{path}: {what} ({e})") from None
-    return sorted(batch.schema.names) + ([opts.response_column] if opts.response_column else [])
+    return sorted(batch.schema.names) + (
+        [opts.response_column, *_IDENTITY] if opts.response_column else [])
   return None
 
 
@@ -58,11 +61,12 @@ def iter_batches(f, path, names, file_index, opts):
       records, number, bad = prediction_log.examples_of(logs)
       rejected = [(first + i, raw[i].as_py(), why) for i, why in bad]
       if opts.response_column:  # what the response answered each example
-        answers, wrong = prediction_log.responses_of(logs, opts.model_output)
+        answers, versions, wrong = prediction_log.responses_of(logs, opts.model_output)
         rejected += [(first + i, raw[i].as_py(), why) for i, why in wrong]
         keep = ~np.isin(number, [i for i, _ in wrong])
         records = [r for r, k in zip(records, keep) if k]
         answers = pa.array([a for a, k in zip(answers, keep) if k], pa.large_string())
+        versions = pa.array([v for v, k in zip(versions, keep) if k], pa.large_string())
         number = np.asarray(number)[keep]
       raw, number = pa.array(records, pa.large_binary()), np.asarray(number, dtype=np.int64)
     pieces, bad = _decode(decoder, records)
@@ -70,8 +74,9 @@ def iter_batches(f, path, names, file_index, opts):
     outs = []
     for pos, decoded in pieces:
       fields = list(zip(decoded.schema.names, decoded.columns))
-      if answers is not None:
+      if answers is not None:  # the answer, and which model version gave it
         fields.append((opts.response_column, answers.take(pa.array(pos))))
+        fields += [(c, versions.take(pa.array(pos))) for c in _IDENTITY]
       whole = len(pos) == len(raw)
       outs.append(sources.finish(fields, names, file_index, first + number[pos],
                                  raw if whole else raw.take(pa.array(pos)),

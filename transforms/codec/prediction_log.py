@@ -64,16 +64,18 @@ def _examples(log, kind):
 
 
 def responses_of(records, output=None):
-  """(answers, rejected): per tf.Example of examples_of(records), in the same order, the JSON
-  text of the scores the log's response gave it (None where the log has no response), and
-  [(position, reason)] of the logs whose response does not answer each example. The three kinds
+  """(answers, versions, rejected): per tf.Example of examples_of(records), in the same order,
+  the JSON text of the scores the log's response gave it (None where the log has no response)
+  and the model version that answered (model_spec.version of the response, else of the
+  request; None where neither says), and [(position, reason)] of the logs whose response does
+  not answer each example. The three kinds
   (tensorflow_serving/apis): a classify log's ClassificationResult (classifications[i].classes:
   the scores in class order), a regress log's RegressionResult (regressions[i].value), a predict
   log's PredictResponse output tensor (`output`, else its only one; float_val or double_val,
   [examples] or [examples, scores]). A multi-inference log's results are not read (None)."""
   import json
   from tensorflow_serving.apis import prediction_log_pb2
-  answers, rejected = [], []
+  answers, versions, rejected = [], [], []
   log = prediction_log_pb2.PredictionLog()
   for i, record in enumerate(records):
     try:
@@ -90,7 +92,17 @@ def responses_of(records, output=None):
     if why:
       rejected.append((i, why))
     answers += [None] * len(found) if scores is None else [json.dumps(s) for s in scores]
-  return answers, rejected
+    versions += [_version(getattr(log, kind))] * len(found)
+  return answers, versions, rejected
+
+
+def _version(entry):
+  """model_spec.version (as text) of a log entry's response, else of its request; None."""
+  for message in (entry.response, entry.request):
+    spec = getattr(message, "model_spec", None)
+    if spec is not None and spec.HasField("version"):
+      return str(spec.version.value)
+  return None
 
 
 def _scores(log, kind, output):

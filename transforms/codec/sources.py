@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 from transforms.codec import csv_records
 from transforms.codec.csv_records import FILE_COLUMN, LINE_COLUMN, RAW_COLUMN
 
-__all__ = ["FORMATS", "PRESETS", "PRESET_FORMATS", "PRESET_FIELDS", "TF_SERVING", "SourceOptions",
-           "SourceError", "preset_of_columns", "infer_format", "column_names", "iter_batches",
+__all__ = ["FORMATS", "PRESETS", "PRESET_FORMATS", "PRESET_IDENTITY", "PRESET_FIELDS",
+           "TF_SERVING", "SourceOptions", "SourceError", "preset_of_columns", "infer_format", "column_names", "iter_batches",
            "finish", "render_json", "empty_batch"]
 
 FORMATS = ("csv", "jsonl", "parquet", "tfrecord")
@@ -34,6 +34,10 @@ FORMATS = ("csv", "jsonl", "parquet", "tfrecord")
 TF_SERVING = "tf_serving"
 PRESET_FORMATS = {"vertex": "jsonl", "sagemaker": "jsonl", TF_SERVING: "tfrecord"}
 PRESETS = tuple(PRESET_FORMATS)
+# The context columns a preset fills beside its served predictions (ingest --served_prediction):
+# {column: the log field naming the model that answered}; among spec/dataset.MODEL_IDENTITY.
+PRESET_IDENTITY = {"vertex": {"deployed_model_id": "deployed_model_id"},
+                   TF_SERVING: {"model_version": "model_spec.version"}}
 # The top-level fields that show a JSON Lines record is a request log, not a record: a Vertex AI
 # request-response logging row (BigQuery export) and a SageMaker Data Capture line.
 PRESET_FIELDS = {"vertex": ("request_payload", "deployed_model_id"),

@@ -2,7 +2,8 @@
 format tag, and the dead-letter record (manifests/dataset_manifest.schema.json)."""
 
 __all__ = ["MANIFEST", "MANIFEST_FORMAT", "SCHEMA_FILE", "FORMATS", "REJECTED_PATH", "TEMP_PREFIX",
-           "COVERAGE_KINDS", "coverage_entry", "coverage_of", "SIDE_ROLES", "PREDICTION", "side_entry",
+           "COVERAGE_KINDS", "coverage_entry", "coverage_of", "SIDE_ROLES", "PREDICTION", "MODEL_IDENTITY",
+           "side_entry",
            "side_of", "side_names", "record_columns", "shard_name", "rejected_row"]
 
 MANIFEST, SCHEMA_FILE = "manifest.json", "schema.pbtxt"
@@ -66,6 +67,10 @@ def coverage_of(doc):
 # takes it as the record's prediction at the `predict` stage.
 SIDE_ROLES = ("served", "aggregates", "prediction")
 PREDICTION = "prediction"
+# Context columns whose values name the model that answered: pipelines.features records their
+# distinct values in run metadata's `model`, the diff names a difference as a cause at predict.
+# A preset given --served_prediction fills its own (codec/sources.py PRESET_IDENTITY).
+MODEL_IDENTITY = ("deployed_model_id", "model_version", "device", "runtime")
 
 
 def side_entry(served=None, aggregates=None, context=None, prediction=None):
