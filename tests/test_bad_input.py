@@ -57,6 +57,16 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   (d / "bad_profile.yaml").write_text("windowing: {size_seconds: -5}\n")
   (d / "not_yaml.yaml").write_text("windowing: [unclosed\n")
   (d / "a_file").write_text("not a folder\n")
+  # Request logs whose response miscounts the instances, or cannot be read (docs/formats.md)
+  (d / "vertex_miscount.jsonl").write_text(json.dumps(
+      {"deployed_model_id": "m", "request_payload": [json.dumps({"a": 1})],
+       "response_payload": ["0.1", "0.2"]}) + "\n")
+  (d / "capture_not_base64.jsonl").write_text(json.dumps({"captureData": {
+      "endpointInput": {"observedContentType": "application/json", "mode": "INPUT",
+                        "data": json.dumps({"a": 1}), "encoding": "JSON"},
+      "endpointOutput": {"observedContentType": "application/json", "mode": "OUTPUT",
+                         "data": "not base64!", "encoding": "BASE64"}},
+      "eventMetadata": {"eventId": "e", "inferenceTime": "2024-05-01T00:00:00Z"}}) + "\n")
   damaged_manifest = d / "damaged_manifest"
   shutil.copytree(taxi_runs["direct"], damaged_manifest)
   with open(damaged_manifest / "manifest.json", "r+b") as f:
@@ -182,6 +192,7 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   out.update({k.replace(".", "_"): str(d / k) for k in (
       "empty", "garbage.csv", "header_only.csv", "bad.pbtxt", "bad_profile.yaml",
       "not_yaml.yaml", "a_file", "damaged_manifest", "damaged_meta", "damaged_bucket",
+      "vertex_miscount.jsonl", "capture_not_base64.jsonl",
       "unknown_field.yaml", "bad_fraction.yaml", "missing_night.yaml")})
   return out
 
@@ -351,6 +362,11 @@ CASES += [("features", _FEATURES + ["--transform_fn_dir", f], "transform_fn_dir"
 CASES += [("diff", ["--offline", f] + _DIFF[2:], "offline") for f in
           ["{dir}/missing", "{empty}", "{garbage_csv}", "{dataset}", "{damaged_meta}"]]
 CASES += [("verify", [f], "error") for f in ["{garbage_csv}", "{a_file}"]]
+# A served response that miscounts the instances or cannot be read: the file and line named.
+CASES += [("ingest", ["--input", f"{{{name}}}", "--output_dir", "{out}", "--preset", preset,
+                      "--served_prediction", "pred"], word) for name, preset, word in [
+    ("vertex_miscount_jsonl", "vertex", "holds 2 predictions for 1 request texts"),
+    ("capture_not_base64_jsonl", "sagemaker", "endpointOutput: BASE64 data that is not base64")]]
 CASES += [("check", ["--config", f], "error") for f in _BAD_FILES]
 CASES += [(name, base + [flag, value], flag.lstrip("-")) for name, base, flag, value in [
     ("ingest", _INGEST, "--num_shards", "x"), ("ingest", _INGEST, "--num_shards", "1.5"),

@@ -405,16 +405,12 @@ def test_prediction_log_responses_of_the_three_kinds_are_each_examples_answer(tm
   log.predict_log.response.outputs["probability"].CopyFrom(
       tf.make_tensor_proto([[0.375], [0.625]], dtype=tf.float32))
   logs.append(log.SerializeToString())
-  log = prediction_log_pb2.PredictionLog()  # two examples, one regression
-  log.regress_log.request.input.example_list.examples.extend([example(6), example(7)])
-  log.regress_log.response.result.regressions.add(value=0.5)
-  logs.append(log.SerializeToString())
   path = str(tmp_path / "logs.tfrecord")
   with tf.io.TFRecordWriter(path) as w:
     for record in logs:
       w.write(record)
   out = ingest(tmp_path / "ingest", "--preset", "tf_serving", "--key_columns", "id",
-               "--served_prediction", "pred", "--max_rejected_fraction", "1", inputs=path)
+               "--served_prediction", "pred", inputs=path)
   import glob
   got = pq.read_table(glob.glob(os.path.join(out, "parquet", "*.parquet"))[0]).to_pylist()
   assert {r["id"]: json.loads(r["pred"]) for r in got} == {
@@ -423,9 +419,18 @@ def test_prediction_log_responses_of_the_three_kinds_are_each_examples_answer(tm
                                                          5: None}
   with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:  # context, no record
     assert json.load(f)["side_columns"]["context"] == {"model_version": "model_spec.version"}
-  with open(os.path.join(out, "rejected", "part-00000-of-00001.jsonl"), encoding="utf-8") as f:
-    assert [json.loads(line)["reason"] for line in f] == [
-        "the response holds 1 results for 2 examples"]
+  log = prediction_log_pb2.PredictionLog()  # two examples, one regression: an input error
+  log.regress_log.request.input.example_list.examples.extend([example(6), example(7)])
+  log.regress_log.response.result.regressions.add(value=0.5)
+  with tf.io.TFRecordWriter(path) as w:
+    for record in logs + [log.SerializeToString()]:
+      w.write(record)
+  from pipelines import ingest as job
+  with pytest.raises(UsageError) as e:
+    job.run(["--input", path, "--output_dir", str(tmp_path / "miscounted"), "--preset",
+             "tf_serving", "--key_columns", "id", "--served_prediction", "pred"])
+  assert str(e.value) == f"{path}: record 4: the response holds 1 results for 2 examples"
+  assert not (tmp_path / "miscounted").exists()
 
 
 def test_a_keras_export_given_to_the_diff_predicts_the_side_that_logs_none(model, tmp_path):

@@ -62,11 +62,10 @@ def iter_batches(f, path, names, file_index, opts):
       rejected = [(first + i, raw[i].as_py(), why) for i, why in bad]
       if opts.response_column:  # what the response answered each example
         answers, versions, wrong = prediction_log.responses_of(logs, opts.model_output)
-        rejected += [(first + i, raw[i].as_py(), why) for i, why in wrong]
-        keep = ~np.isin(number, [i for i, _ in wrong])
-        records = [r for r, k in zip(records, keep) if k]
-        answers = pa.array([a for a, k in zip(answers, keep) if k], pa.large_string())
-        versions = pa.array([v for v, k in zip(versions, keep) if k], pa.large_string())
+        if wrong:  # a response that cannot be read or miscounts: an input error
+          raise SourceError(f"{path}: record {first + wrong[0][0]}: {wrong[0][1]}")
+        answers = pa.array(answers, pa.large_string())
+        versions = pa.array(versions, pa.large_string())
         number = np.asarray(number)[keep]
       raw, number = pa.array(records, pa.large_binary()), np.asarray(number, dtype=np.int64)
     pieces, bad = _decode(decoder, records)

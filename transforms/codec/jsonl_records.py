@@ -282,6 +282,12 @@ class _Reader:
     envelope = [(name, dig(objs, dotted.split("."))) for name, dotted in opts.envelope]
     consumed = _consumed(opts)
     answers = _answers(units) if opts.response_column else None
+    if answers is not None:  # a response that cannot be read or miscounts: an input error
+      bad = np.flatnonzero(answers[3][:-1] != None)  # noqa: E711
+      if len(bad):
+        p = int(bad[0])
+        raise SourceError(f"{self.path}: line {int(numbers[units.payload_line[p]])}: "
+                          f"{answers[3][p]}")
     outs, seen = [], np.zeros(len(units.payload_raw) + 1, np.int64)
     for fields, line, payload, own in units.parts:
       raw = units.raw(line_raw, line, payload, own)
