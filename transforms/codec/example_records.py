@@ -66,7 +66,6 @@ def iter_batches(f, path, names, file_index, opts):
           raise SourceError(f"{path}: record {first + wrong[0][0]}: {wrong[0][1]}")
         answers = pa.array(answers, pa.large_string())
         versions = pa.array(versions, pa.large_string())
-        number = np.asarray(number)[keep]
       raw, number = pa.array(records, pa.large_binary()), np.asarray(number, dtype=np.int64)
     pieces, bad = _decode(decoder, records)
     rejected += [(first + int(number[i]), raw[i].as_py(), why) for i, why in bad]
