@@ -21,7 +21,6 @@
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import ingest as ingest_bench  # noqa: E402
-import replay as replay_bench  # noqa: E402  (JOB_TIME: a diff's job seconds)
+import replay as replay_bench  # noqa: E402  (JOB_TIME, _job_seconds: a diff's job seconds)
 sys.path.insert(0, ROOT)
 from tests import logfaults, taxi_model  # noqa: E402
 
@@ -106,13 +105,6 @@ def _stage(model_dir, rows):
   print(f"(A)/(s) = {a / s:5.2f}   (target <= 1.2: {'met' if a / s <= 1.2 else 'not met'})")
 
 
-def _job(cmd):
-  done = subprocess.run(cmd, cwd=ROOT, check=False, capture_output=True, text=True)
-  if done.returncode not in (0, 1):
-    raise SystemExit(f"replay.diff failed ({done.returncode}): {done.stderr[-2000:]}")
-  return float(done.stdout.strip().splitlines()[-1].split()[-1])
-
-
 def _diff(d, rows, flipped, model_dir):
   import json
   py = sys.executable
@@ -126,8 +118,8 @@ def _diff(d, rows, flipped, model_dir):
   threshold = taxi_model.threshold_near_median(offline, model_dir)
   job = [py, "-c", replay_bench.JOB_TIME, "--offline", offline, "--production", production]
   model = ["--model_dir", model_dir, "--decision", f"threshold:{threshold!r}"]
-  runs = [(_job(job + ["--output_dir", os.path.join(d, f"n{k}")]),
-           _job(job + ["--output_dir", os.path.join(d, f"m{k}")] + model)) for k in range(3)]
+  runs = [(replay_bench._job_seconds(job + ["--output_dir", os.path.join(d, f"n{k}")]),
+           replay_bench._job_seconds(job + ["--output_dir", os.path.join(d, f"m{k}")] + model)) for k in range(3)]
   n, m = (min(column) for column in zip(*runs))
   with open(os.path.join(d, "m0", "report.json")) as f:
     decisions = json.load(f)["decisions"]

@@ -57,8 +57,7 @@ def train(run_dir, steps=300, seed=7):
 
 
 def save(weights, out_dir, transform_fn_dir, dtype=None):
-  """The weights as a SavedModel in the TFX Trainer shape (see the module docstring); with no
-  transform_fn_dir, the transformed signature alone."""
+  """The weights as a SavedModel in the TFX Trainer shape (see the module docstring)."""
   import tensorflow as tf
   import tensorflow_transform as tft
   dtype = dtype or tf.float32
@@ -78,9 +77,6 @@ def save(weights, out_dir, transform_fn_dir, dtype=None):
   def transformed(features):
     return {"probability": score(features)}
 
-  if transform_fn_dir is None:  # the transformed signature alone (a Keras-style export)
-    tf.saved_model.save(model, out_dir, signatures={"transformed": transformed})
-    return out_dir
   tft_output = tft.TFTransformOutput(transform_fn_dir)
   model.tft_layer = tft_output.transform_features_layer()
   raw_spec = _raw_spec(os.path.dirname(transform_fn_dir.rstrip("/")))

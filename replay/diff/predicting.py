@@ -73,11 +73,6 @@ def with_predictions(table, spec):
   return table
 
 
-def _decision_rows(column):
-  values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-  return values.to_pylist()
-
-
 def attribute(o, p, rows, spec, cap):
   """[(key hash, key, features whose swap alone restores the offline decision)] of the flipped
   matched rows `rows` (indices into the aligned tables o, p), at most `cap` of them, smallest
@@ -91,11 +86,12 @@ def attribute(o, p, rows, spec, cap):
   model = predictor_for(spec, p)
   names = sorted(model.inputs) or _features(p)
   off, prod = _inputs(o, names).take(take), _inputs(p, names).take(take)
-  want = _decision_rows(column_of(o, DECISION).take(take))
-  explains = [[] for _ in picked]
-  for name in names:
-    differs = ~kernels.values_equal(off.column(name), prod.column(name))
-    at = np.flatnonzero(differs)
+  # the offline decisions, one row each (a decision's width is the rule's: fixed in a run)
+  want = np.array(column_of(o, DECISION).take(take).to_pylist(), np.int64).reshape(
+      len(picked), -1)
+  restores = np.zeros((len(picked), len(names)), bool)
+  for f, name in enumerate(names):
+    at = np.flatnonzero(~kernels.values_equal(off.column(name), prod.column(name)))
     if not len(at):
       continue
     idx = pa.array(at, pa.int64())
@@ -103,10 +99,9 @@ def attribute(o, p, rows, spec, cap):
     swapped = swapped.set_column(swapped.schema.get_field_index(name), name,
                                  off.column(name).take(idx))
     got = model.rule.decide(model.predict(swapped))
-    for j, row in enumerate(at):
-      if got[j].tolist() == want[row]:
-        explains[row].append(name)
-  return [(h, k, tuple(explains[i])) for i, (h, k, _) in enumerate(chosen)]
+    restores[at, f] = got.shape == want[at].shape and np.all(got == want[at], axis=1)
+  return [(h, k, tuple(n for f, n in enumerate(names) if restores[i, f]))
+          for i, (h, k, _) in enumerate(chosen)]
 
 
 def attribution_summary(entries, candidates, cap):

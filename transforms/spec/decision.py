@@ -19,7 +19,7 @@ import pyarrow as pa
 from transforms.spec.errors import UsageError
 
 __all__ = ["Rule", "parse", "PREDICTION_TYPE", "DECISION_TYPE", "as_scores", "prediction_array",
-           "decision_array", "fingerprint_fields", "scores_of_text", "margin"]
+           "decision_array", "fingerprint_fields", "scores_of_text"]
 
 PREDICTION_TYPE = pa.list_(pa.float64())  # the log's prediction column
 DECISION_TYPE = pa.list_(pa.int64())      # the log's decision column
@@ -183,17 +183,3 @@ def fingerprint_fields(scores, decisions):
   cols.update({f"decision.{i}": pa.array(decisions[:, i], pa.int64())
                for i in range(decisions.shape[1])})
   return pa.table(cols)
-
-
-def margin(rule, scores):
-  """float64[n]: how far each row's scores lie from the rule's boundary (threshold: |score - T|;
-  argmax: the largest score minus the second; top_k: the K-th largest minus the next; inf when
-  there is no next). A flip whose margins on both sides are within the prediction noise lies
-  at the boundary."""
-  if rule.kind == "threshold":
-    return np.abs(scores[:, 0] - rule.value)
-  k = 1 if rule.kind == "argmax" else int(rule.value)
-  if scores.shape[1] <= k:
-    return np.full(scores.shape[0], np.inf)
-  top = -np.sort(-scores, axis=1)
-  return top[:, k - 1] - top[:, k]
