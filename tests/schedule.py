@@ -19,7 +19,7 @@ SERVER_UNIT = "server-runner modules"
 
 # Seconds per unit, measured (2026-12-07, 2 workers; rounded). Only their order matters.
 SECONDS = {
-    "tests/test_faults.py": 430, "tests/test_predict.py": 250, SERVER_UNIT: 200, "tests/test_crash.py": 170,
+    "tests/test_faults.py": 430, "tests/test_predict.py": 300, SERVER_UNIT: 200, "tests/test_crash.py": 170,
     "tests/test_rerun.py": 105, "tests/test_ingest_sources.py": 85,
     "tests/test_aggregates.py": 70, "tests/test_logger.py": 65, "tests/test_serve.py": 65,
     "tests/test_wheel.py": 55, "tests/test_lock.py": 50, "tests/test_portable.py": 50,

@@ -433,6 +433,87 @@ def test_prediction_log_responses_of_the_three_kinds_are_each_examples_answer(tm
   assert not (tmp_path / "miscounted").exists()
 
 
+def _example(record):
+  """A tf.train.Example of a record as ingest shards hold it: int -> int64_list, float ->
+  float_list, text -> bytes_list, null -> no feature."""
+  import tensorflow as tf
+  feature = {}
+  for name, v in record.items():
+    if isinstance(v, bool) or v is None:
+      continue
+    if isinstance(v, int):
+      feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+    elif isinstance(v, float):
+      feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[v]))
+    else:
+      feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode()]))
+  return tf.train.Example(features=tf.train.Features(feature=feature))
+
+
+def test_prediction_log_responses_that_are_the_models_own_change_no_decision(model, tmp_path):
+  """TF Serving request logs whose responses are the model's own answers diff to no flip
+  against the offline run of the same tf.Examples: predict (an output tensor), classify (a
+  class score) and regress (a value) logs in turn, each request of two examples. The offline
+  side is a TFRecord of the examples (float_list: float32 on both sides), run with the model."""
+  import glob
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  import tensorflow as tf
+  from tensorflow_serving.apis import prediction_log_pb2
+  from tests.conftest import ingest
+  rows, _ = _taxi_rows(model)
+  examples = [_example(r) for r, _ in rows[:3000]]
+  plain = str(tmp_path / "examples.tfrecord")
+  with tf.io.TFRecordWriter(plain) as w:
+    for e in examples:
+      w.write(e.SerializeToString())
+  fn_dir = os.path.join(model["offline"], "transform_fn")
+  data = ingest(tmp_path / "off_ingest", "--schema_from", model["ingest"], "--num_shards", "2",
+                inputs=plain)
+  off = features(data, tmp_path / "off", "--transform_fn_dir", fn_dir, "--model_dir",
+                 model["m32"], "--decision", model["rule"])
+  # each example's answer: the offline log's prediction of the record with its content key
+  shards = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
+      os.path.join(data, "parquet", "*.parquet")))])
+  log = taxi_model.log_table(off)
+  score = dict(zip(log.column("key").to_pylist(), log.column("prediction").to_pylist()))
+  columns = [c for c in shards.schema.names if not c.startswith("__")]
+  answered = [(_example({c: r[c] for c in columns}), score[r["__key__"]][0])
+              for r in shards.to_pylist()]
+  logs = []
+  for i in range(0, len(answered), 2):
+    pair, log = answered[i:i + 2], prediction_log_pb2.PredictionLog()
+    kind = (i // 2) % 3
+    if kind == 0:
+      log.predict_log.request.inputs["examples"].CopyFrom(tf.make_tensor_proto(
+          [e.SerializeToString() for e, _ in pair]))
+      log.predict_log.response.outputs["probability"].CopyFrom(
+          tf.make_tensor_proto([[p] for _, p in pair], dtype=tf.float32))
+    elif kind == 1:
+      log.classify_log.request.input.example_list.examples.extend([e for e, _ in pair])
+      for _, p in pair:
+        log.classify_log.response.result.classifications.add().classes.add(label="1", score=p)
+    else:
+      log.regress_log.request.input.example_list.examples.extend([e for e, _ in pair])
+      for _, p in pair:
+        log.regress_log.response.result.regressions.add(value=p)
+    logs.append(log.SerializeToString())
+  path = str(tmp_path / "requests.tfrecord")
+  with tf.io.TFRecordWriter(path) as w:
+    for record in logs:
+      w.write(record)
+  served = ingest(tmp_path / "prod_ingest", "--preset", "tf_serving", "--served_prediction",
+                  "pred", "--schema_from", data, "--num_shards", "2", inputs=path)
+  prod = features(served, tmp_path / "prod", "--transform_fn_dir", fn_dir, "--decision",
+                  model["rule"])
+  code, r = _diff(off, prod, tmp_path / "d")
+  d = r["decisions"]
+  assert r["records"]["matched_keys"] == len(examples) and r["records"]["divergent"] == 0
+  assert d["compared"] == len(examples)
+  assert d["flips"] == 0 and d["max_abs_delta"] == 0.0 and code == 0
+  assert r["decisions"]["models"]["offline"]["digest"].startswith("sha256:")
+
+
 def test_a_keras_export_given_to_the_diff_predicts_the_side_that_logs_none(model, tmp_path):
   """A Keras model exported for serving (model.export: signatures serve and serving_default,
   output output_0) given to the diff: it predicts the offline side, which ran no model; the
