@@ -261,8 +261,11 @@ def build_pipeline(plan, options, temp_dir):
       except (TypeError, ValueError) as e:  # TFT refusing the module's outputs: one line
         if "tensorflow_transform" not in traceback.extract_tb(e.__traceback__)[-1].filename:
           raise
+        hint = (" (a feature TF Transform writes is float32, int64 or string: cast it)"
+                if "invalid dtype" in str(e) else "")
         raise common.UsageError(f"--transform_module {plan.module.__name__}: TF Transform "
-                                f"refuses what preprocessing_fn returns: {first_line(e)}") from None
+                                f"refuses what preprocessing_fn returns: {first_line(e)}"
+                                f"{hint}") from None
       _ = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(fn_dir)
   # --pii_columns against the transformed features, known once TFT traced the module: before
   # anything runs

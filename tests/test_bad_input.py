@@ -339,7 +339,7 @@ CASES = [
                        ("fn_raises", "boom in preprocessing_fn"),
                        ("fn_not_callable", "preprocessing_fn is not a function"),
                        ("no_event_column", "no_such_column"),
-                       ("float64_output", "refuses what preprocessing_fn returns"),
+                       ("float64_output", "float32, int64 or string: cast it"),
                        ("mean_of_text", "fn mean needs a number column"),
                        ("unknown_fn", "'median' is not one of"),
                        ("aggregate_is_a_column", "the name of a dataset column"))]

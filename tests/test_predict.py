@@ -450,7 +450,8 @@ def _example(record):
   return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def test_prediction_log_responses_that_are_the_models_own_change_no_decision(model, tmp_path):
+def test_prediction_log_responses_that_are_the_models_own_change_no_decision(model, tmp_path,
+                                                                             capsys):
   """TF Serving request logs whose responses are the model's own answers diff to no flip
   against the offline run of the same tf.Examples: predict (an output tensor), classify (a
   class score) and regress (a value) logs in turn, each request of two examples. The offline
@@ -472,6 +473,7 @@ def test_prediction_log_responses_that_are_the_models_own_change_no_decision(mod
                 inputs=plain)
   off = features(data, tmp_path / "off", "--transform_fn_dir", fn_dir, "--model_dir",
                  model["m32"], "--decision", model["rule"])
+  assert f"transform {len(examples)}, predict {len(examples)}\n" in capsys.readouterr().out
   # each example's answer: the offline log's prediction of the record with its content key
   shards = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(
       os.path.join(data, "parquet", "*.parquet")))])

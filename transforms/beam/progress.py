@@ -12,14 +12,20 @@ import apache_beam as beam
 
 from transforms.beam.arrow_coder import same_type
 
-__all__ = ["Progress", "stage_counts"]
+__all__ = ["Progress", "stage_counter", "stage_counts"]
+
+
+def stage_counter(job, stage):
+  """The Beam counter of the records passing `stage` in `job` (what stage_counts reads): for a
+  stage computed inside another step, such as the features job's predict stage."""
+  return beam.metrics.Metrics.counter(f"skewtrace.{job}", f"{stage}_records")
 
 
 class _CountFn(beam.DoFn):
 
   def __init__(self, job, stage, every_seconds):
     self._job, self._stage, self._every = job, stage, every_seconds
-    self._counter = beam.metrics.Metrics.counter(f"skewtrace.{job}", f"{stage}_records")
+    self._counter = stage_counter(job, stage)
 
   def setup(self):
     self._seen = 0

@@ -28,6 +28,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.ahead import AheadDoFn
+from transforms.beam.progress import stage_counter
 from transforms.codec import tfrecord
 from transforms.spec import decision, event_time
 from transforms.model import predict as predict_records
@@ -43,9 +44,9 @@ from transforms.spec.feature_log import (DROP_REASON as LOG_DROP_REASON, DROPPED
                                          feature_fp_column, log_hash, model_inputs,
                                          passthrough_columns, served_column, served_of,
                                          stage_digests, transformed_path, value_column)
-from transforms.spec.stages import (DROP_REASON, KEY, LOG_HASH, RAW, RAW_FP, RECORD_STAGES,
-                                    SERVE, SHARD_ID, STAGES, TRANSFORM, WINDOW, WINDOW_END,
-                                    WINDOW_START)
+from transforms.spec.stages import (DROP_REASON, KEY, LOG_HASH, PREDICT, RAW, RAW_FP,
+                                    RECORD_STAGES, SERVE, SHARD_ID, STAGES, TRANSFORM, WINDOW,
+                                    WINDOW_END, WINDOW_START)
 from transforms.spec.window import event_seconds, window_value_column
 
 __all__ = ["WriteFeatureLog", "merge_bucket", "with_log_hash"]
@@ -358,6 +359,8 @@ class _MergeBucketsFn(beam.DoFn):
 
   def setup(self):
     self._pool = concurrent.futures.ThreadPoolExecutor(_THREADS)
+    self._predicted = stage_counter("features", PREDICT.name)  # counted here: the pool's
+    # threads have no Beam metrics context
 
   def start_bundle(self):
     self._pending = []
@@ -370,7 +373,11 @@ class _MergeBucketsFn(beam.DoFn):
   def finish_bundle(self):
     pending, self._pending = self._pending, []
     for future in pending:
-      yield GlobalWindows.windowed_value(future.result())
+      info = future.result()
+      digest = info["digests"].get(PREDICT.name)
+      if digest is not None:
+        self._predicted.inc(fingerprint.parse_digest(digest)["count"])
+      yield GlobalWindows.windowed_value(info)
 
   def teardown(self):
     self._pool.shutdown()
