@@ -359,8 +359,7 @@ class _MergeBucketsFn(beam.DoFn):
 
   def setup(self):
     self._pool = concurrent.futures.ThreadPoolExecutor(_THREADS)
-    self._predicted = stage_counter("features", PREDICT.name)  # counted here: the pool's
-    # threads have no Beam metrics context
+    self._predicted = stage_counter("features", PREDICT.name)  # here: no metrics on the pool
 
   def start_bundle(self):
     self._pending = []
@@ -374,9 +373,8 @@ class _MergeBucketsFn(beam.DoFn):
     pending, self._pending = self._pending, []
     for future in pending:
       info = future.result()
-      digest = info["digests"].get(PREDICT.name)
-      if digest is not None:
-        self._predicted.inc(fingerprint.parse_digest(digest)["count"])
+      if info["digests"].get(PREDICT.name):
+        self._predicted.inc(fingerprint.parse_digest(info["digests"][PREDICT.name])["count"])
       yield GlobalWindows.windowed_value(info)
 
   def teardown(self):
