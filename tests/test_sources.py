@@ -202,6 +202,53 @@ def test_jsonl_types_alternating_record_by_record_make_one_piece_per_type():
   assert got == {i: i if i % 2 else str(i) for i in range(9)}
 
 
+def _split_parse(objects, own_keys=False):
+  from transforms.codec.json_values import JsonReader
+  lines = [o if isinstance(o, bytes) else json.dumps(o).encode() for o in objects]
+  buf = b"\n".join(lines)
+  starts = np.cumsum([0] + [len(x) + 1 for x in lines[:-1]])
+  reader = JsonReader(own_keys=own_keys)
+  split = []
+  by_kinds = reader._by_kinds
+  reader._by_kinds = lambda *a, **k: split.append(by_kinds(*a, **k)) or split[-1]  # [-1]: whole
+  pieces, bad = reader.parse(buf, starts, starts + np.array([len(x) for x in lines]))
+  got = {}
+  for positions, values in pieces:
+    for p, v in zip(positions, values.to_pylist()):
+      assert int(p) not in got
+      got[int(p)] = {k: x for k, x in v.items() if x is not None}
+  return got, bad, split
+
+
+def test_jsonl_whole_line_records_with_alternating_types_are_split_by_the_readers_refusal():
+  """Records that are whole lines: the reader's refusal of a key whose type changes splits the
+  lines by that key's JSON type, vectorised, part by part until each reads; every value as
+  Python's json reads it (absent keys and nulls alike), each at its own position."""
+  objects = [{"a": i if i % 2 else str(i), "b": [1, 2] if i % 3 else "x", "c": None}
+             for i in range(12)] + [{"c": 1}, {"b": None, "a": None}]
+  got, bad, split = _split_parse(objects)
+  want = {i: {k: v for k, v in o.items() if v is not None} for i, o in enumerate(objects)}
+  assert not bad and got == want
+  assert split[-1] is not None and len(split[-1]) == 4  # the whole: a 2 kinds x b 2 kinds
+  # the same lines where each record keeps its own keys (a record path may render them):
+  # parsed one by one, the same values
+  own, bad, split = _split_parse(objects, own_keys=True)
+  assert not bad and own == want and not split
+
+
+def test_jsonl_a_split_that_cannot_hold_falls_back_to_parsing_each_line():
+  """The key met first in a line's text is a nested one, so its top-level value is misread:
+  the split does not hold and every line is parsed, the malformed one named."""
+  objects = [{"m": {"a": "s"}, "a": i} if i == 3 else {"a": i if i % 2 else str(i)}
+             for i in range(6)] + [b'{"a": oops}']
+  got, bad, split = _split_parse(objects)
+  assert split[-1] is None and [i for i, _ in bad] == [6] and "malformed JSON" in bad[0][1]
+  assert got == {i: o for i, o in enumerate(objects[:6])}
+  objects[-1] = {"a": 7}  # no malformed line: the misread key alone sends it to parsing
+  got, bad, split = _split_parse(objects)
+  assert split[-1] is None and not bad and got == {i: o for i, o in enumerate(objects)}
+
+
 def test_jsonl_date_like_strings_stay_strings_in_every_block():
   lines = [{"t": "2020-01-01", "u": "2020-01-01 10:00:00", "k": i} for i in range(40)]
   for block_bytes in (64, 1 << 20):
