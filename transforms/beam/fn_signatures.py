@@ -7,8 +7,8 @@ walks dir(dofn), about 30 methods each). The answer depends on the function alon
 (2026-12-07, the taxi sample through pipelines.features on DirectRunner, 15,002 records, an
 idle 2-core machine): 100,803 such readings in one run; a warm run took 21.5 s, and 16.6 s with
 the readings remembered (23% less); a first run in a new process 32.7 s and 25.2 s. Nothing a
-job computes changes: the same arguments and defaults come back (tests/test_spec.py checks the
-answers against Beam's own).
+job computes changes: the same arguments and defaults come back (tests/test_fn_signatures.py
+checks the answers against Beam's own).
 
 install() (run when this module is imported; transforms.beam's __init__ imports it, so every
 job and every SDK worker that unpickles one of our DoFns has it) wraps Beam's function with a

@@ -98,7 +98,8 @@ class JsonReader:
     unwrap(text) -> dict parses one text when the reader refuses the buffer (default: loads)."""
     n = len(starts)
     longest = int((ends - starts).max()) if n else 0
-    table = self._read(buf, longest)
+    why = []  # the reader's refusal, where the split below starts from
+    table = self._read(buf, longest, why)
     if table is not None and table.num_rows == n:
       return _without_infinities([(np.arange(n), _struct(table))], [])
     if self._own_keys is False and unwrap is None and n:
@@ -108,7 +109,7 @@ class JsonReader:
       offsets = np.append(starts, ends[-1]).astype(np.int64)
       firsts = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(
           offsets - offsets[0]), pa.py_buffer(bytes(buf[offsets[0]:offsets[-1]]))])
-      pieces = self._by_kinds(buf, starts, ends, firsts, np.arange(n), longest)
+      pieces = self._by_kinds(firsts, np.arange(n), longest, why)
       if pieces is not None:
         return _without_infinities(pieces, [])
     # The reader refused the buffer: json.loads object by object (about 4 us for a 200-byte
@@ -160,18 +161,15 @@ class JsonReader:
         continue
     return None
 
-  def _by_kinds(self, buf, starts, ends, firsts, at, longest, depth=0):
+  def _by_kinds(self, firsts, at, longest, why, depth=0):
     """[(positions, StructArray)] of the lines `at` read by the reader in parts: split each
     time it refuses a part for a top-level key whose JSON type changes (12 here, "12" there),
-    by the first character of that key's value in each line (firsts: each line as a
-    BinaryArray); a line where the value is null or absent joins the first part. None when a
-    refusal is anything else, a part does not split, or after 8 splits. No line is parsed in
-    Python: ingest of 1M taxi records with fare and trip_seconds alternating in type took
-    44.4 s (the typed log 23.2 s), against 105.4 s with every line parsed one by one."""
-    why = []
-    table = self._read(b"\n".join(buf[starts[i]:ends[i]] for i in at), longest, why)
-    if table is not None:
-      return [(at, _struct(table))] if table.num_rows == len(at) else None
+    by the first character of that key's value in each line (firsts: each line and the blank
+    lines after it, a LargeBinaryArray; why: the reader's refusal of the lines `at`); a line
+    where the value is null or absent joins the first part. None when a refusal is anything
+    else, a part does not split, or after 8 splits. No line is parsed or joined in Python:
+    ingest of 1M taxi records with fare and trip_seconds alternating in type took 44.4 s (the
+    typed log 23.2 s), against 105.4 s with every line parsed one by one."""
     changed = _CHANGED.search(why[-1]) if why else None
     if changed is None or depth >= 8:
       return None
@@ -185,11 +183,21 @@ class JsonReader:
     parts[0] = np.sort(np.concatenate([parts[0], at[kind == b"n"]]))
     pieces = []
     for part in parts:
-      got = self._by_kinds(buf, starts, ends, firsts, part, longest, depth + 1)
+      why = []
+      table = self._read(_texts(firsts, part), longest, why)
+      got = ([(part, _struct(table))] if table.num_rows == len(part) else None) \
+          if table is not None else self._by_kinds(firsts, part, longest, why, depth + 1)
       if got is None:
         return None
       pieces += got
     return pieces
+
+
+def _texts(lines, at):
+  """The elements `at` (in order) of LargeBinaryArray `lines` back to back, as one buffer."""
+  part = lines.take(pa.array(at))
+  offsets = np.frombuffer(part.buffers()[1], np.int64)[part.offset:part.offset + len(part) + 1]
+  return part.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
 def _without_infinities(pieces, bad):
