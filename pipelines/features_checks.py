@@ -9,9 +9,37 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import common
 from transforms.codec import tfrecord
 from transforms.spec import event_time, schema, window
-from transforms.spec.dataset import side_of
+from transforms.spec.dataset import event_time_of, side_of
 
-__all__ = ["read_dataset_column", "null_columns_retyped"]
+__all__ = ["read_dataset_column", "null_columns_retyped", "event_plan", "in_module_form"]
+
+
+def event_plan(opts, module, manifest, columns):
+  """(columns, event, convert) of a dataset against the module's event-time declaration.
+  A dataset whose ingest recorded the source's form (--event_time) holds the canonical event
+  time, INT Unix seconds: its column reaches the module in the module's declared form (ISO-8601
+  text is BYTES, a count INT; convert: whether the column is rewritten, in_module_form), and
+  the window stage reads what it is handed. Any other dataset holds the module's form as it
+  is. event: the (column, form, zone) the window stage and the feature log read."""
+  column, form, zone = event_time.declaration(module)
+  recorded = event_time_of(manifest)
+  if recorded is None:
+    return columns, (column, form, zone), False
+  if recorded[0] != column:
+    raise common.UsageError(f"the dataset's event time is column {recorded[0]!r} (ingest "
+                            f"--event_time), {opts.transform_module}'s EVENT_TIME_COLUMN is "
+                            f"{column!r}")
+  typ = schema.BYTES if form == "iso8601" else schema.INT
+  form = "seconds" if form == "timestamp" else form  # a dataset's timestamp is its seconds
+  return ([(n, typ if n == column else t) for n, t in columns], (column, form, zone),
+          form != "seconds")
+
+
+def in_module_form(batch, event):
+  """`batch` with its canonical event-time column (column, form, zone) in the module's form."""
+  column, form, zone = event
+  i = batch.schema.get_field_index(column)
+  return batch.set_column(i, column, event_time.module_form(batch.column(i), form, zone))
 
 
 def _check_event_time(opts, module, manifest, types):
@@ -22,6 +50,8 @@ def _check_event_time(opts, module, manifest, types):
   0.03 s for int64 seconds or milliseconds and 0.17 s for ISO-8601 text (measured 2026-12-05,
   best of 3, on the 2 shared cores)."""
   column, form, zone = event_time.declaration(module)
+  if event_time_of(manifest):  # the canonical event time (event_plan), checked as such
+    form, zone = "seconds", event_time.DEFAULT_ZONE
   arrow_type = schema.ARROW_TYPES[types[column]]
   try:
     event_time.to_seconds(pa.array([], arrow_type), form, zone)  # the type suits the form

@@ -22,14 +22,14 @@ from tfx_bsl.tfxio.parquet_tfxio import ParquetTFXIO
 
 from pipelines import common, dataset, feature_module, features_output, verify
 from pipelines.features_checks import (_check_event_time, _check_logged_counts,
-                                       _check_served_predictions, null_columns_retyped,
-                                       read_dataset_column)
+                                       _check_served_predictions, event_plan, in_module_form,
+                                       null_columns_retyped, read_dataset_column)
 from pipelines.features_flags import FeaturesOptions, model_flags
 from pipelines.feature_module import load_profile_and_module
 from transforms.beam import arrow_coder  # noqa: F401  (registers the RecordBatch coder)
 from transforms.beam.progress import Progress, stage_counts
 from transforms.graph.feed import check_transform_fn, passthrough_keys, to_tft_batch
-from transforms.spec import event_time, feature_log, pii, run_files, run_metadata, schema, window
+from transforms.spec import feature_log, pii, run_files, run_metadata, schema, window
 from transforms.spec import profile as profiles
 from transforms.spec.dataset import MODEL_IDENTITY, record_columns, side_of
 from transforms.spec.errors import first_line
@@ -57,7 +57,7 @@ class FeaturesPlan:
   aggregates: tuple      # the windowed aggregates, as spec/window.describe gives them
   manifest: dict         # the input dataset's manifest
   log_buckets: int
-  event: tuple           # the module's event-time (column, format, zone) declaration
+  event: tuple           # the event-time (column, format, zone) the stages read (event_plan)
   transform_fn_dir: str = None  # transform with this transform_fn (None: analyse the input)
   side: dict = None      # the dataset's side columns (spec/dataset.side_entry)
   pii_rule: pii.Pii = pii.Pii()  # the PII log columns (spec/pii.py)
@@ -66,6 +66,8 @@ class FeaturesPlan:
   model_identity: dict = dataclasses.field(default_factory=dict)
   # Columns null throughout that take the given transform_fn's type ({name: type}).
   retyped: dict = dataclasses.field(default_factory=dict)
+  # Whether the dataset's canonical event time is rewritten in the module's form (event_plan).
+  event_in_module_form: bool = False
 
 
 def _verified(input_dir, verifying):
@@ -86,6 +88,7 @@ def plan_features(opts, pool):
   try:
     manifest, columns, aggregates = _dataset_plan(opts, module)
     _check_event_time(opts, module, manifest, dict(columns))
+    columns, event, convert = event_plan(opts, module, manifest, columns)
     _check_logged_counts(opts, manifest, aggregates)
     _check_served_predictions(opts, manifest)
     retyped = {}
@@ -99,7 +102,7 @@ def plan_features(opts, pool):
   return FeaturesPlan(input_dir=opts.input_dir, output_dir=opts.output_dir, profile=prof,
                       module=module, columns=tuple(columns), aggregates=tuple(aggregates),
                       manifest=manifest, log_buckets=opts.log_buckets,
-                      event=event_time.declaration(module),
+                      event=event, event_in_module_form=convert,
                       transform_fn_dir=opts.transform_fn_dir or None,
                       side=side_of(manifest),
                       pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env,
@@ -226,6 +229,9 @@ def build_pipeline(plan, options, temp_dir):
   if plan.retyped:  # all-null columns in the type the given transform_fn takes
     casts = {n: schema.ARROW_TYPES[t] for n, t in plan.retyped.items()}
     batches = batches | "Retype" >> beam.Map(_cast, casts).with_output_types(pa.RecordBatch)
+  if plan.event_in_module_form:  # the canonical event time in the form the module takes
+    batches = batches | "EventTimeForm" >> beam.Map(
+        in_module_form, plan.event).with_output_types(pa.RecordBatch)
   count_columns = sorted({event} | {c for a in plan.aggregates for c in window.input_columns(a)})
   count_batches = p | "ReadWindowColumns" >> _ShardsTFXIO(
       pattern, column_names=count_columns,
@@ -233,6 +239,9 @@ def build_pipeline(plan, options, temp_dir):
   if plan.retyped:
     count_batches = count_batches | "RetypeWindowColumns" >> beam.Map(
         _cast, casts).with_output_types(pa.RecordBatch)
+  if plan.event_in_module_form:
+    count_batches = count_batches | "EventTimeFormWindowColumns" >> beam.Map(
+        in_module_form, plan.event).with_output_types(pa.RecordBatch)
   side = plan.side or side_of(plan.manifest)
   windowed = (batches, count_batches) | "Window" >> WindowRecords(
       event, plan.aggregates, prof, event_format=event_format, event_zone=event_zone,

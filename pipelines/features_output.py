@@ -81,6 +81,7 @@ def publish(plan, temp_dir, options):
       source={"format": plan.manifest["options"].get("input_format", "csv"),
               "num_shards": plan.manifest["num_shards"],
               "schema": plan.manifest["schema"].get("source", "inferred"),
+              "event_time": plan.manifest.get("event_time"),  # ingest --event_time's form
               "coverage": coverage_of(plan.manifest),  # what the diff's --scope reads
               "side_columns": side_of(plan.manifest)})
   if plan.pii_rule.columns:

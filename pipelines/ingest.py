@@ -94,6 +94,12 @@ class IngestOptions(PipelineOptions):
                              "text, BYTES): production's prediction at the predict stage "
                              "(docs/features.md). Kept beside the record, outside its "
                              "fingerprints.")
+    parser.add_argument("--event_time", default="",
+                        help="The column serving wrote the event time in, and its form: "
+                             "COLUMN=FORM[:ZONE], FORM seconds, ms, us, ns, iso8601 (naive text "
+                             "in ZONE, default UTC) or timestamp (a Parquet TIMESTAMP or DATE). "
+                             "Stored as the canonical event time, INT Unix seconds "
+                             "(docs/features.md, \"Event time\").")
     parser.add_argument("--num_shards", type=int, default=0,
                         help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",
@@ -234,6 +240,7 @@ class IngestPlan:
   recorded: dict          # the flags that define the dataset, as the manifest records them
   coverage: dict          # what traffic the input holds (spec/dataset.coverage_entry)
   side: dict              # the side columns (spec/dataset.side_entry): outside the record
+  event: tuple | None = None  # --event_time's (column, form, zone)
 
 
 class Ingest(beam.PTransform):
@@ -249,10 +256,14 @@ class Ingest(beam.PTransform):
     if plan.columns is None:
       columns = (files | "ReadForTypes" >> ReadRecords(plan.names, plan.source)).rows \
           | "InferTypes" >> InferTypes(plan.names)
+      if plan.event:  # the event time is the canonical one, INT, whatever its source text
+        columns = columns | "EventTimeType" >> beam.Map(
+            lambda cols, e=plan.event[0]: [(n, schema.INT if n == e else t) for n, t in cols])
     else:
       columns = plan.columns
     side = side_names(plan.side)
-    typed = raw.rows | "TypeRows" >> TypeRows(columns, plan.paths, plan.key_columns, side)
+    typed = raw.rows | "TypeRows" >> TypeRows(columns, plan.paths, plan.key_columns, side,
+                                                 plan.event)
     infos = (typed.rows
              | "ProgressParse" >> Progress("ingest", "parse")
              | "KeyRows" >> KeyRows(plan.key_columns, plan.num_shards, side=side)
@@ -324,6 +335,7 @@ def plan_ingest(opts):
   keyed = sorted(set(side_columns) & set(key_columns))
   if keyed:
     raise common.UsageError(f"key column(s) {', '.join(keyed)} cannot be side columns")
+  event = ingest_columns.event_column(opts.event_time, names, types, side_columns, source)
   columns, schema_info = None, {"source": "inferred"}
   if types is not None:
     lacking = [n for n in types if n not in names]
@@ -331,6 +343,7 @@ def plan_ingest(opts):
       raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}"
                               + ingest_columns.hint(names, source))
     columns = [(n, types.get(n, side_columns.get(n, schema.BYTES))) for n in names]
+    columns = [(n, schema.INT if event and n == event[0] else t) for n, t in columns]
     schema_info = origin or {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
   inputs = [dataset.describe_file(p) for p in paths]
   num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)
@@ -343,24 +356,8 @@ def plan_ingest(opts):
       compression=None if opts.parquet_compression == "none" else opts.parquet_compression,
       output_dir=output_dir,
       temp_dir=FileSystems.join(output_dir, dataset.TEMP_PREFIX + uuid.uuid4().hex),
-      recorded=_recorded_options(opts, num_shards, formats, key_columns, source),
-      coverage=coverage, side=side)
-
-
-def _recorded_options(opts, num_shards, formats, key_columns, source):
-  """The flags that define the dataset (not runner flags), as recorded in the manifest."""
-  return {"input": opts.input, "num_shards": num_shards, "formats": list(formats),
-          "key_columns": list(key_columns), "schema": opts.schema,
-          "parquet_compression": opts.parquet_compression,
-          "max_rejected_fraction": opts.max_rejected_fraction,
-          "input_format": source.format, "record_path": ".".join(source.record_path),
-          "preset": source.preset, "envelope": [list(e) for e in source.envelope],
-          "served": opts.served, "logged_aggregates": opts.logged_aggregates,
-          # recorded only when not the default, so a comma dataset's manifest keeps its bytes
-          **({"delimiter": source.delimiter} if source.delimiter != csv_records.DELIMITER
-             else {}),
-          **({"quote_char": source.quote_char} if source.quote_char != csv_records.QUOTE
-             else {})}
+      recorded=ingest_columns.recorded_options(opts, num_shards, formats, key_columns, source),
+      coverage=coverage, side=side, event=event)
 
 
 def build_pipeline(plan, options):

@@ -7,11 +7,12 @@ import os
 
 from pipelines import common, dataset
 from transforms.codec import csv_records, sources
-from transforms.spec import run_metadata
+from transforms.spec import event_time, run_metadata, schema
 from transforms.codec.sources import PRESET_IDENTITY
 from transforms.spec.dataset import record_columns
 
-__all__ = ["column_names", "types_from", "hint", "preset_identity", "dialect"]
+__all__ = ["column_names", "types_from", "hint", "preset_identity", "dialect", "event_column",
+           "recorded_options"]
 
 
 def types_from(folder):
@@ -84,3 +85,48 @@ def dialect(opts):
     field, why = problem
     raise common.UsageError(f"--{'quote_char' if field == 'quote' else 'delimiter'}: {why}")
   return {"delimiter": delimiter, "quote_char": opts.quote_char}
+
+
+def event_column(flag, names, types, side_columns, source):
+  """(column, form, zone) of --event_time (None when not given), checked against the input:
+  a record column (not a side one) that the types, when given, leave INT (the canonical event
+  time) or untyped; "timestamp" reads a Parquet column."""
+  if not flag:
+    return None
+  try:
+    column, form, zone = event_time.parse_flag(flag)
+  except event_time.EventTimeError as e:
+    raise common.UsageError(str(e)) from None
+  if column not in names:
+    raise common.UsageError(f"--event_time column {column!r} is not in the input's columns"
+                            + hint(names, source))
+  if column in side_columns:
+    raise common.UsageError(f"--event_time column {column!r} cannot be a side column")
+  if types and types.get(column, schema.INT) != schema.INT:
+    raise common.UsageError(f"--event_time {column}: a dataset holds the event time as INT Unix "
+                            f"seconds, but the types given make it {types[column]} (a dataset "
+                            f"ingested without --event_time keeps it as written: ingest that "
+                            f"side with --event_time too)")
+  if form == "timestamp" and source.format != "parquet":
+    raise common.UsageError(f"--event_time {flag}: form timestamp reads a Parquet TIMESTAMP or "
+                            f"DATE column, and the input is {source.format} (text is iso8601, "
+                            f"a number seconds, ms, us or ns)")
+  return column, form, zone
+
+
+def recorded_options(opts, num_shards, formats, key_columns, source):
+  """The flags that define the dataset (not runner flags), as recorded in the manifest."""
+  return {"input": opts.input, "num_shards": num_shards, "formats": list(formats),
+          "key_columns": list(key_columns), "schema": opts.schema,
+          "parquet_compression": opts.parquet_compression,
+          "max_rejected_fraction": opts.max_rejected_fraction,
+          "input_format": source.format, "record_path": ".".join(source.record_path),
+          "preset": source.preset, "envelope": [list(e) for e in source.envelope],
+          "served": opts.served, "logged_aggregates": opts.logged_aggregates,
+          # recorded only when given, so an older dataset's manifest keeps its bytes
+          **({"event_time": opts.event_time} if opts.event_time else {}),
+          # recorded only when not the default, so a comma dataset's manifest keeps its bytes
+          **({"delimiter": source.delimiter} if source.delimiter != csv_records.DELIMITER
+             else {}),
+          **({"quote_char": source.quote_char} if source.quote_char != csv_records.QUOTE
+             else {})}

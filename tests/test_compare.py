@@ -465,11 +465,21 @@ def test_source_event_time_and_side_columns_are_causes_at_their_stages():
               event_time={"column": "t", "format": "iso8601", "zone": "UTC"})
   found = [(c["stage"], c["field"], c["offline"], c["production"])
            for c in suspected_causes(off, prod)]
-  assert found == [("raw", "source.format", "csv", "jsonl"),
+  held = "iso8601 as its source wrote it (ingest it with --event_time)"
+  assert found == [("raw", "source.event_time", "Unix seconds", held),
+                   ("raw", "source.format", "csv", "jsonl"),
+                   ("parse", "source.event_time", "Unix seconds", held),
                    ("window", "event_time.format", "seconds", "iso8601"),
                    ("window", "source.side_columns.aggregates", {}, {"n_online": "n"}),
                    ("serve", "source.side_columns.served", {}, {"s": "fare_z"})]
   assert suspected_causes(off, off) == []
+  # A dataset ingested with --event_time holds Unix seconds whatever its source's form: no
+  # cause against one already in seconds, nor against another such dataset.
+  declared = dict(prod["source"], event_time={"column": "t", "format": "timestamp",
+                                               "zone": "UTC"})
+  assert not [c for c in suspected_causes(off, meta(source=declared,
+                                                    event_time=prod["event_time"]))
+              if c["field"] == "source.event_time"]
   # A side that records no source format (a logger) is not a format difference.
   assert suspected_causes(off, meta(event_time=off["event_time"])) == []
   # Another ingest shard count moves TFT's float sums: named at analyze; the schema's source

@@ -48,6 +48,16 @@ def _diff(out, stages, field, a, b):
       out.append({"stage": stage, "field": field, "offline": a, "production": b})
 
 
+def _event_time_held(meta, source):
+  """How a run's dataset held its event time: Unix seconds (ingest --event_time, or a column
+  already in seconds), or its source's form, which a dataset in seconds does not compare with
+  at raw and parse (docs/features.md, "Event time, whatever form a dataset holds")."""
+  form = (meta.get("event_time") or {}).get("format", "seconds")
+  if source.get("event_time") or form in ("seconds", "timestamp"):
+    return "Unix seconds"
+  return f"{form} as its source wrote it (ingest it with --event_time)"
+
+
 def _analyzer_value(entry):
   if entry is None:
     return None
@@ -133,6 +143,9 @@ def suspected_causes(offline, production):
     if sa.get(field) is not None and sb.get(field) is not None and not (
         field == "format" and logger):
       _diff(out, (stage,), f"source.{field}", sa[field], sb[field])
+  if not logger:  # one dataset holds Unix seconds, the other its source's text or count
+    _diff(out, ("raw", "parse"), "source.event_time", *(_event_time_held(m, s) for m, s in (
+        (offline, sa), (production, sb))))
   side_a, side_b = sa.get("side_columns") or {}, sb.get("side_columns") or {}
   for role, stage in (("aggregates", "window"), ("served", "serve")):
     _diff(out, (stage,), f"source.side_columns.{role}", side_a.get(role) or {},

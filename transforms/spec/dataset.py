@@ -4,7 +4,7 @@ format tag, and the dead-letter record (manifests/dataset_manifest.schema.json).
 __all__ = ["MANIFEST", "MANIFEST_FORMAT", "SCHEMA_FILE", "FORMATS", "REJECTED_PATH", "TEMP_PREFIX",
            "COVERAGE_KINDS", "coverage_entry", "coverage_of", "SIDE_ROLES", "PREDICTION", "MODEL_IDENTITY",
            "side_entry",
-           "side_of", "side_names", "record_columns", "shard_name", "rejected_row"]
+           "side_of", "side_names", "record_columns", "shard_name", "rejected_row", "event_time_of"]
 
 MANIFEST, SCHEMA_FILE = "manifest.json", "schema.pbtxt"
 MANIFEST_FORMAT = "skewtrace.dataset/1"
@@ -98,6 +98,13 @@ def side_entry(served=None, aggregates=None, context=None, prediction=None):
     if twice:
       raise ValueError(f"{role}: {', '.join(twice)} named by more than one column")
   return out
+
+
+def event_time_of(manifest):
+  """(column, form, zone) a dataset's source wrote its event time in (ingest --event_time; the
+  column holds the canonical event time), or None: the column holds it as the source wrote it."""
+  entry = manifest.get("event_time")
+  return (entry["column"], entry["format"], entry["zone"]) if entry else None
 
 
 def side_of(manifest):

@@ -11,6 +11,12 @@ Before a pipeline starts (check_declaration, check_values) the column's type mus
 format and every present value must be an instant between PLAUSIBLE_YEARS: an epoch in
 milliseconds declared as seconds lands in the year 45,000 and is refused, so no window is ever
 1,000x too small.
+
+A dataset records the form its source wrote the event time in (ingest --event_time
+COLUMN=FORM[:ZONE], source_instants): ingest stores that column as the canonical event time and
+fingerprints it as the exact instant, so one transform_fn replays a log whatever form it arrived
+in. The features job hands the module's preprocessing_fn the column in the module's own
+declared form (module_form): the form is the dataset's, not the module's.
 """
 import datetime
 import re
@@ -20,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = ["FORMATS", "DEFAULT_FORMAT", "DEFAULT_ZONE", "PLAUSIBLE_YEARS", "EventTimeError",
-           "declaration", "check_declaration", "to_seconds", "check_values", "source_problem"]
+           "declaration", "check_declaration", "to_seconds", "check_values", "source_problem",
+           "parse_flag", "source_instants", "module_form", "ISO_OUT", "NOT_INSTANT"]
 
 FORMATS = ("seconds", "ms", "us", "ns", "iso8601", "timestamp")
 DEFAULT_FORMAT, DEFAULT_ZONE = "seconds", "UTC"
@@ -112,7 +119,8 @@ def to_seconds(arr, form, zone=DEFAULT_ZONE):
       ticks = arr.fill_null(0).cast(pa.int64()).to_numpy()
     seconds = np.floor_divide(ticks, per)
   elif form == "iso8601":
-    seconds, bad = _iso_seconds(arr, zone, valid)
+    ticks, bad = _iso_ticks(arr, zone, valid)
+    seconds = np.floor_divide(ticks, 1_000_000_000)
   else:
     ts = arr.cast(pa.timestamp("s")) if pa.types.is_date(arr.type) else arr
     ticks = ts.fill_null(0).cast(pa.int64()).to_numpy()
@@ -122,22 +130,22 @@ def to_seconds(arr, form, zone=DEFAULT_ZONE):
   return seconds, valid & ~bad, bad
 
 
-def _iso_seconds(arr, zone, valid):
+def _iso_ticks(arr, zone, valid):
+  """(int64 ns since 1970 UTC, bad) of ISO-8601 text (zoned, or naive in `zone`)."""
   text = arr.cast(pa.string()) if not pa.types.is_string(arr.type) else arr
   text = pc.utf8_trim_whitespace(text)
   zoned = pc.fill_null(pc.match_substring_regex(text, r"(Z|[+-][0-9]{2}(:?[0-9]{2})?)$"),
                        False).to_numpy(zero_copy_only=False)
-  seconds = np.zeros(len(arr), dtype=np.int64)
+  ticks = np.zeros(len(arr), dtype=np.int64)
   bad = np.zeros(len(arr), dtype=bool)
   for mask, parse in ((zoned, _parse_zoned), (~zoned, lambda t: _parse_naive(t, zone))):
     idx = np.flatnonzero(mask & valid)
     if not len(idx):
       continue
-    part = text.take(pa.array(idx))
-    ok, secs = _parse_each(part, parse)
-    seconds[idx] = secs
+    ok, part = _parse_each(text.take(pa.array(idx)), parse)
+    ticks[idx] = part
     bad[idx] = ~ok
-  return seconds, bad
+  return ticks, bad
 
 
 def _parse_zoned(text):
@@ -150,12 +158,12 @@ def _parse_naive(text, zone):
 
 
 def _parse_each(text, parse):
-  """(ok, seconds) of each value: one vectorised parse; a failing batch is bisected so that
+  """(ok, ns ticks) of each value: one vectorised parse; a failing batch is bisected so that
   only the unparseable values are marked (whole-array casts, like spec/schema.py)."""
   try:
     ts = parse(text)
     ticks = ts.cast(pa.int64()).to_numpy(zero_copy_only=False)
-    return np.ones(len(text), dtype=bool), np.floor_divide(ticks, 1_000_000_000)
+    return np.ones(len(text), dtype=bool), ticks
   except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
     if len(text) == 1:
       return np.zeros(1, dtype=bool), np.zeros(1, dtype=np.int64)
@@ -191,3 +199,94 @@ def check_values(arr, column, form, zone=DEFAULT_ZONE):
         f"event time column {column!r}: {arr[i].as_py()!r} read as {form!r} is outside the "
         f"years {PLAUSIBLE_YEARS[0]}-{PLAUSIBLE_YEARS[1]}{hint} (declare EVENT_TIME_FORMAT)")
   return None
+
+
+# The text a module declaring "iso8601" is handed when its dataset holds another form: the
+# instant in EVENT_TIME_ZONE with its offset ("2012-11-05T12:00:00+0100"), which every ISO-8601
+# reader (and this module) reads back as the same instant.
+ISO_OUT = "%Y-%m-%dT%H:%M:%S%z"
+# How a dropped event time reads (the parse stage's not_type reason names it as its "type").
+NOT_INSTANT = "an instant of event-time form {form!r} within the years {low}-{high}"
+
+
+def parse_flag(text):
+  """(column, form, zone) of ingest's --event_time COLUMN=FORM[:ZONE]; EventTimeError (one
+  line) when malformed, the form unknown or the zone not a known time zone."""
+  column, _, rest = (text or "").partition("=")
+  form, _, zone = rest.partition(":")
+  column, form, zone = column.strip(), form.strip(), zone.strip() or DEFAULT_ZONE
+  if not column or not form:
+    raise EventTimeError(f"--event_time wants COLUMN=FORM[:ZONE], got {text!r}")
+  try:
+    check_declaration(column, form, zone)
+  except EventTimeError as e:
+    raise EventTimeError(f"--event_time {text}: " + str(e).replace(
+        "EVENT_TIME_FORMAT", "form").replace("EVENT_TIME_ZONE", "zone")) from None
+  return column, form, zone
+
+
+def _in_form(arr, form):
+  """`arr` (any source's Arrow column) as the type `form` reads, and a bool mask of present
+  values that cannot be: CSV's text of a count becomes int64 by the canonical value model
+  (spec/values.py: "1.3e9" and "1300000000.0" are 1300000000); ISO-8601 is text as written."""
+  from transforms.spec import values  # values imports nothing from here: no cycle
+  valid = arr.is_valid().to_numpy(zero_copy_only=False)
+  if form in _PER_SECOND:
+    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
+      return arr, np.zeros(len(arr), dtype=bool)
+    text = values.canonical_text(arr).cast(pa.string())
+    whole = pc.fill_null(pc.match_substring_regex(text, r"^-?[0-9]{1,18}$"), False)
+    ints = pc.if_else(whole, text, pa.scalar(None, pa.string())).cast(pa.int64())
+    return ints, valid & ~whole.to_numpy(zero_copy_only=False)
+  if form == "iso8601":
+    if values.is_text(arr.type):
+      try:
+        return arr.cast(pa.string()), np.zeros(len(arr), dtype=bool)
+      except pa.ArrowInvalid:  # bytes that are not UTF-8 are no instant
+        return pa.nulls(len(arr), pa.string()), valid
+    return pa.nulls(len(arr), pa.string()), valid  # a number or an instant type is no text
+  if pa.types.is_timestamp(arr.type) or pa.types.is_date(arr.type):
+    return arr, np.zeros(len(arr), dtype=bool)
+  return pa.nulls(len(arr), pa.timestamp("s")), valid
+
+
+def source_instants(arr, form, zone=DEFAULT_ZONE):
+  """(seconds, text, bad) of a source column holding event times written in `form` (ingest's
+  --event_time): the canonical event time (numpy int64 Unix seconds, floored; 0 where none),
+  the exact instant's canonical text (pa.string, spec/values.py: "1352113200",
+  "1352113200.123"; null where none or bad), and the present values that are not an instant of
+  the form within PLAUSIBLE_YEARS. Vectorised."""
+  if isinstance(arr, pa.ChunkedArray):
+    arr = arr.combine_chunks()
+  if pa.types.is_dictionary(arr.type):
+    arr = arr.dictionary_decode()
+  from transforms.spec import values
+  typed, unfit = _in_form(arr, form)
+  seconds, has, bad = to_seconds(typed, form, zone)
+  bad = bad | unfit | (has & ((seconds < _LOW) | (seconds >= _HIGH)))
+  good = has & ~bad
+  if form in _PER_SECOND:
+    if pa.types.is_floating(typed.type):  # whole values only (bad ones are masked)
+      typed = pc.if_else(pa.array(good), typed, 0.0).cast(pa.int64())
+    unit = {"seconds": "s", "ms": "ms", "us": "us", "ns": "ns"}[form]
+    instants = pc.if_else(pa.array(good), typed.cast(pa.int64()),
+                          pa.scalar(None, pa.int64())).cast(pa.timestamp(unit))
+  elif form == "iso8601":
+    ticks, _ = _iso_ticks(typed, zone, good)
+    instants = pa.array(ticks, pa.int64(), mask=~good).cast(pa.timestamp("ns"))
+  else:
+    instants = typed.cast(pa.timestamp("s")) if pa.types.is_date(typed.type) else typed
+    instants = pc.if_else(pa.array(good), instants, pa.scalar(None, instants.type))
+  return np.where(good, seconds, 0), values.canonical_text(instants), bad
+
+
+def module_form(seconds, form, zone=DEFAULT_ZONE):
+  """A canonical event-time column (int64 Unix seconds, nulls kept) in the form a feature module
+  declares for its preprocessing_fn: the seconds themselves ("seconds", and "timestamp": a
+  dataset holds a timestamp as its Unix seconds), a count of ms/us/ns, or ISO_OUT text in
+  `zone`."""
+  if form in ("seconds", "timestamp"):
+    return seconds
+  if form in _PER_SECOND:
+    return pc.multiply_checked(seconds, _PER_SECOND[form])
+  return pc.strftime(seconds.cast(pa.timestamp("s", tz=zone)), format=ISO_OUT)

@@ -59,8 +59,9 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
   what this returns. event_time: the module's (column, format, zone) declaration (spec/event_time.declaration);
   transform_fn: (the folder it was given as, or None when the run analysed, the content
   digest of the run's transform_fn); source: the input's {"format", "coverage",
-  "side_columns", and optionally "num_shards", "schema"} (its manifest's input_format,
-  spec/dataset.coverage_entry and side_entry, shard count and schema source; the
+  "side_columns", and optionally "num_shards", "schema", "event_time"} (its manifest's
+  input_format, spec/dataset.coverage_entry and side_entry, shard count, schema source and
+  recorded event-time form; the
   side columns recorded when there are any); module_digest: the feature module's source
   digest (spec/modules.source_digest), as MODULE_DIGEST; each section is left out when None."""
   doc = {
@@ -88,7 +89,8 @@ def document(*, profile, transform_module, input_dir, content_digest, key_column
     doc[TRANSFORM_FN] = {"source": origin, "digest": digest}
   if source is not None:
     doc["source"] = {"format": source["format"]}
-    doc["source"].update((k, source[k]) for k in ("num_shards", "schema") if k in source)
+    doc["source"].update((k, source[k]) for k in ("num_shards", "schema", "event_time")
+                         if source.get(k) is not None)
     if source.get("side_columns") and any(source["side_columns"].values()):
       doc["source"]["side_columns"] = source["side_columns"]
     doc["coverage"] = source["coverage"]

@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.codec import csv_records
-from transforms.spec import fingerprint
+from transforms.spec import event_time, fingerprint
 from transforms.spec import schema
 from transforms.spec import values
 from transforms.spec.dataset import rejected_row
@@ -15,19 +15,31 @@ from transforms.stages.read_csv import REJECTED
 __all__ = ["TypeRows", "type_batch"]
 
 
-def type_batch(batch, columns, paths, required=(), side=()):
+def type_batch(batch, columns, paths, required=(), side=(), event=None):
   """Types `batch` per columns [(name, type)]. Returns (typed batch, rejected dicts).
 
   The typed batch keeps only rows whose every value fits its type and whose `required`
   columns are present, with the data columns in `columns` order and __raw_fp__ (the raw-stage
   fingerprint of the cells' canonical text, spec/values.py, over the record's columns: not the
   `side` ones, spec/dataset.py); provenance is dropped.
+  event: (column, form, zone) of a column the source wrote event times in (ingest --event_time):
+  typed as the canonical event time (INT Unix seconds) and fingerprinted at raw as the exact
+  instant (spec/event_time.source_instants); a value that is no instant is rejected.
   """
   n = batch.num_rows
   typed, bad_by_column = [], []
   # Each cell's canonical text (spec/values.py), once: the raw fingerprint and typing read it.
-  canonical = {name: values.canonical_text(batch.column(name)) for name, _ in columns}
+  canonical = {name: values.canonical_text(batch.column(name)) for name, _ in columns
+               if not event or name != event[0]}
   for name, typ in columns:
+    if event and name == event[0]:
+      seconds, canonical[name], bad = event_time.source_instants(batch.column(name), *event[1:])
+      typed.append(pa.array(seconds, pa.int64(), mask=canonical[name].is_null().to_numpy(
+          zero_copy_only=False)))
+      bad_by_column.append((name, event_time.NOT_INSTANT.format(
+          form=event[1], low=event_time.PLAUSIBLE_YEARS[0], high=event_time.PLAUSIBLE_YEARS[1]),
+          np.flatnonzero(bad)))
+      continue
     arr, bad = schema.type_column(batch.column(name), typ, canonical[name])
     typed.append(arr)
     bad_by_column.append((name, typ, bad))
@@ -71,15 +83,17 @@ def _cell_text(column, i):
 
 class _TypeFn(beam.DoFn):
 
-  def __init__(self, paths, required, side):
+  def __init__(self, paths, required, side, event):
     self._paths = list(paths)
     self._required = list(required)
     self._side = frozenset(side)
+    self._event = event
     self._rejected = beam.metrics.Metrics.counter("skewtrace.ingest", "rows_rejected_typing")
 
   def process(self, element, columns):
     batch_id, batch = element
-    typed, rejected = type_batch(batch, columns, self._paths, self._required, self._side)
+    typed, rejected = type_batch(batch, columns, self._paths, self._required, self._side,
+                                 self._event)
     self._rejected.inc(len(rejected))
     for row in rejected:
       yield beam.pvalue.TaggedOutput(REJECTED, row)
@@ -92,11 +106,12 @@ class TypeRows(beam.PTransform):
 
   `columns` is [(name, type)] or a singleton PCollection of it (inferred types); rows
   missing a `required` (key) column are rejected; `side` columns are typed but outside the raw
-  fingerprint.
+  fingerprint; `event` (column, form, zone): the event-time column, as type_batch reads it.
   """
 
-  def __init__(self, columns, paths, required=(), side=()):
+  def __init__(self, columns, paths, required=(), side=(), event=None):
     super().__init__()
+    self._event = tuple(event) if event else None
     self._columns = columns
     self._paths = paths
     self._required = required
@@ -106,5 +121,6 @@ class TypeRows(beam.PTransform):
     columns = self._columns
     if isinstance(columns, beam.pvalue.PCollection):
       columns = beam.pvalue.AsSingleton(columns)
-    return batches | "Cast" >> beam.ParDo(_TypeFn(self._paths, self._required, self._side), columns).with_outputs(
+    return batches | "Cast" >> beam.ParDo(
+        _TypeFn(self._paths, self._required, self._side, self._event), columns).with_outputs(
         REJECTED, main="rows")
