@@ -389,7 +389,9 @@ def publish(plan, versions):
   if any(plan.side.values()):  # spec/dataset.py side columns, recorded when there are any
     manifest["side_columns"] = plan.side
   if plan.event:  # the form the source wrote the event time in (spec/dataset.event_time_of)
-    manifest["event_time"] = dict(zip(("column", "format", "zone"), plan.event))
+    column, form, zone, parts = plan.event
+    manifest["event_time"] = dict({"column": column, "format": form, "zone": zone},
+                                  **({"parts": list(parts)} if parts else {}))
   write_atomically(_join(out, MANIFEST),
                     (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8"))
   return manifest

@@ -97,7 +97,8 @@ class IngestOptions(PipelineOptions):
     parser.add_argument("--event_time", default="",
                         help="The column serving wrote the event time in, and its form: "
                              "COLUMN=FORM[:ZONE], FORM seconds, ms, us, ns, iso8601 (naive text "
-                             "in ZONE, default UTC) or timestamp (a Parquet TIMESTAMP or DATE). "
+                             "in ZONE, default UTC) or timestamp (a Parquet TIMESTAMP or DATE); "
+                             "or COLUMN=DATE+TIME[:ZONE], composed from a date and a time of day. "
                              "Stored as the canonical event time, INT Unix seconds "
                              "(docs/features.md, \"Event time\").")
     parser.add_argument("--num_shards", type=int, default=0,
@@ -240,7 +241,7 @@ class IngestPlan:
   recorded: dict          # the flags that define the dataset, as the manifest records them
   coverage: dict          # what traffic the input holds (spec/dataset.coverage_entry)
   side: dict              # the side columns (spec/dataset.side_entry): outside the record
-  event: tuple | None = None  # --event_time's (column, form, zone)
+  event: tuple | None = None  # --event_time's (column, form, zone, parts)
 
 
 class Ingest(beam.PTransform):
@@ -258,7 +259,7 @@ class Ingest(beam.PTransform):
           | "InferTypes" >> InferTypes(plan.names)
       if plan.event:  # the event time is the canonical one, INT, whatever its source text
         columns = columns | "EventTimeType" >> beam.Map(
-            lambda cols, e=plan.event[0]: [(n, schema.INT if n == e else t) for n, t in cols])
+            ingest_columns.with_event_time, plan.event[0])
     else:
       columns = plan.columns
     side = side_names(plan.side)
@@ -310,7 +311,7 @@ def plan_ingest(opts):
   elif opts.schema_from:
     types, origin = ingest_columns.types_from(opts.schema_from)
   source = _source_options(opts, paths, list(types) if types else ())
-  names = ingest_columns.column_names(paths, source)
+  names = found = ingest_columns.column_names(paths, source)
   if types is not None and source.format != "csv":
     # A record's absent key or feature is a null (a tf.Example omits an empty feature): the
     # schema's columns are the dataset's, then the first record's others.
@@ -335,7 +336,12 @@ def plan_ingest(opts):
   keyed = sorted(set(side_columns) & set(key_columns))
   if keyed:
     raise common.UsageError(f"key column(s) {', '.join(keyed)} cannot be side columns")
-  event = ingest_columns.event_column(opts.event_time, names, types, side_columns, source)
+  event = ingest_columns.event_column(opts.event_time, found, types, side_columns, source,
+                                     key_columns)
+  if event and event[3]:  # a composed event time's date and time: the record's context
+    side = side_entry(side["served"], side["aggregates"], {**side.get("context", {}),
+                                                            **{p: p for p in event[3]}},
+                      side.get("prediction"))
   columns, schema_info = None, {"source": "inferred"}
   if types is not None:
     lacking = [n for n in types if n not in names]
@@ -343,7 +349,7 @@ def plan_ingest(opts):
       raise common.UsageError(f"--schema names column(s) the input lacks: {', '.join(lacking)}"
                               + ingest_columns.hint(names, source))
     columns = [(n, types.get(n, side_columns.get(n, schema.BYTES))) for n in names]
-    columns = [(n, schema.INT if event and n == event[0] else t) for n, t in columns]
+    columns = ingest_columns.with_event_time(columns, event[0]) if event else columns
     schema_info = origin or {"source": "file", "path": opts.schema, "sha256": schema_text[1]}
   inputs = [dataset.describe_file(p) for p in paths]
   num_shards = opts.num_shards or max(1, math.ceil(sum(i["bytes"] for i in inputs)

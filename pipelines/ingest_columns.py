@@ -12,7 +12,7 @@ from transforms.codec.sources import PRESET_IDENTITY
 from transforms.spec.dataset import record_columns
 
 __all__ = ["column_names", "types_from", "hint", "preset_identity", "dialect", "event_column",
-           "recorded_options"]
+           "with_event_time", "recorded_options"]
 
 
 def types_from(folder):
@@ -87,21 +87,27 @@ def dialect(opts):
   return {"delimiter": delimiter, "quote_char": opts.quote_char}
 
 
-def event_column(flag, names, types, side_columns, source):
-  """(column, form, zone) of --event_time (None when not given), checked against the input:
-  a record column (not a side one) that the types, when given, leave INT (the canonical event
-  time) or untyped; "timestamp" reads a Parquet column."""
+def event_column(flag, names, types, side_columns, source, key_columns=()):
+  """(column, form, zone, parts) of --event_time (None when not given), checked against the
+  input: a record column (not a side one) that the types, when given, leave INT (the canonical
+  event time) or untyped; "timestamp" reads a Parquet column. With parts (COLUMN=DATE+TIME),
+  COLUMN is new and the two parts are input columns, neither a key nor a side column."""
   if not flag:
     return None
   try:
-    column, form, zone = event_time.parse_flag(flag)
+    column, form, zone, parts = event_time.parse_flag(flag)
   except event_time.EventTimeError as e:
     raise common.UsageError(str(e)) from None
-  if column not in names:
-    raise common.UsageError(f"--event_time column {column!r} is not in the input's columns"
-                            + hint(names, source))
-  if column in side_columns:
-    raise common.UsageError(f"--event_time column {column!r} cannot be a side column")
+  for name in parts or (column,):
+    if name not in names:
+      raise common.UsageError(f"--event_time column {name!r} is not in the input's columns"
+                              + hint(names, source))
+    if name in side_columns or (parts and name in key_columns):
+      raise common.UsageError(f"--event_time column {name!r} cannot be a "
+                              f"{'side' if name in side_columns else 'key'} column")
+  if parts and column in names:
+    raise common.UsageError(f"--event_time {flag}: {column!r} is a column of the input; name "
+                            f"the event time it composes another way")
   if types and types.get(column, schema.INT) != schema.INT:
     raise common.UsageError(f"--event_time {column}: a dataset holds the event time as INT Unix "
                             f"seconds, but the types given make it {types[column]} (a dataset "
@@ -111,7 +117,14 @@ def event_column(flag, names, types, side_columns, source):
     raise common.UsageError(f"--event_time {flag}: form timestamp reads a Parquet TIMESTAMP or "
                             f"DATE column, and the input is {source.format} (text is iso8601, "
                             f"a number seconds, ms, us or ns)")
-  return column, form, zone
+  return column, form, zone, parts
+
+
+def with_event_time(columns, event_column):
+  """[(name, type)] with the event-time column INT (the canonical event time), appended when the
+  input lacks it (composed from a date and a time)."""
+  out = [(n, schema.INT if n == event_column else t) for n, t in columns]
+  return out if event_column in dict(out) else out + [(event_column, schema.INT)]
 
 
 def recorded_options(opts, num_shards, formats, key_columns, source):

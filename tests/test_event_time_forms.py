@@ -76,6 +76,14 @@ def logs(taxi_runs, tmp_path_factory):
   files["naive_chicago"] = (parquet("naive", pa.array([_naive(s, "America/Chicago")
                                                        for s in secs])),
                             f"{EVENT}=iso8601:America/Chicago")
+  # a DATE and the time of day as text, in Chicago: the event time composed by ingest
+  import zoneinfo
+  local = [datetime.datetime.fromtimestamp(s, zoneinfo.ZoneInfo("America/Chicago")) for s in secs]
+  path = str(d / "date_time.parquet")
+  pq.write_table(table.remove_column(i).append_column(
+      "pickup_date", pa.array([t.date() for t in local], pa.date32())).append_column(
+      "pickup_time", pa.array([t.strftime("%H:%M") for t in local])), path)
+  files["date_and_time"] = (path, f"{EVENT}=pickup_date+pickup_time:America/Chicago")
   files["epoch_ms_csv"] = (str(d / "ms.csv"), f"{EVENT}=ms")
   with open(files["epoch_ms_csv"][0], "w", newline="", encoding="utf-8") as f:
     w = csv.writer(f, lineterminator="\n")
@@ -95,7 +103,7 @@ def _manifest(folder):
 
 
 FORMS = ("timestamp_s", "timestamp_ms", "timestamp_us", "timestamp_ns", "iso_three_zones",
-         "naive_chicago", "epoch_ms_csv")
+         "naive_chicago", "date_and_time", "epoch_ms_csv")
 
 
 @pytest.mark.parametrize("name", FORMS)
@@ -109,8 +117,12 @@ def test_every_event_time_form_ingests_to_the_offline_records(logs, taxi_runs, n
   assert m["content_digest"] == offline["content_digest"]
   column, form_zone = flag.split("=")
   form, _, zone = form_zone.partition(":")
-  assert m["event_time"] == {"column": column, "format": form, "zone": zone or "UTC"}
+  parts = form.split("+") if "+" in form else None
+  assert m["event_time"] == dict({"column": column, "format": "date+time" if parts else form,
+                                  "zone": zone or "UTC"}, **({"parts": parts} if parts else {}))
   assert {c["name"]: c["type"] for c in m["schema"]["columns"]}[EVENT] == "INT"
+  # a composed event time's date and time stay in the dataset as context, outside the record
+  assert m.get("side_columns", {}).get("context") == ({p: p for p in parts} if parts else None)
 
 
 def test_a_timestamp_log_replays_with_the_offline_transform_fn(logs, taxi_features, tmp_path):
@@ -170,6 +182,18 @@ def test_a_module_taking_iso_text_is_handed_its_form_from_any_dataset(logs, tmp_
   assert log.column("value__local_hour").to_pylist() == want and len(set(want)) == 24
 
 
+def test_a_composed_event_time_replays_with_the_offline_transform_fn(logs, taxi_features,
+                                                                    tmp_path):
+  offline = taxi_features["direct"]
+  production = features(logs["date_and_time"][0], tmp_path / "prod", "--transform_fn_dir",
+                        os.path.join(offline, "transform_fn"))
+  code = diff.run(["--offline", offline, "--production", production,
+                   "--output_dir", str(tmp_path / "diff")])
+  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
+    records = json.load(f)["records"]
+  assert code == 0 and records["divergent"] == 0 and records["identical"] == 15002
+
+
 def test_an_event_time_that_is_no_instant_is_rejected_with_its_reason(tmp_path):
   path = tmp_path / "log.csv"
   path.write_text("id,when,x\n1,2024-03-01T10:00:00Z,1\n2,yesterday,2\n3,,3\n"
@@ -190,3 +214,31 @@ def test_an_event_time_that_is_no_instant_is_rejected_with_its_reason(tmp_path):
   got = dict(zip(table.column("id").to_pylist(), table.column("when").to_pylist()))
   instant = int(datetime.datetime(2024, 3, 1, 10, tzinfo=datetime.timezone.utc).timestamp())
   assert got == {1: instant, 3: None, 4: instant - 3600}  # 09:00:00.5Z floored
+
+
+def test_a_date_and_a_time_compose_the_event_time_in_their_zone(tmp_path):
+  path = tmp_path / "log.csv"
+  path.write_text("id,day,at,x\n1,2024-03-10,01:30,1\n2,2024-03-10,03:30,2\n3,2024-03-10,,3\n"
+                  "4,,,4\n5,2024-03-10,7,5\n6,2024-13-01,10:00,6\n")
+  out = ingest(tmp_path / "ds", "--key_columns", "id", "--event_time",
+               "when=day+at:America/New_York", "--max_rejected_fraction", "1",
+               inputs=str(path))
+  m = _manifest(out)
+  assert m["rows"] == {"read": 6, "written": 4, "rejected": 2}
+  with open(os.path.join(out, m["rejected"]["path"]), encoding="utf-8") as f:
+    reasons = sorted(json.loads(line)["reason"] for line in f)
+  assert reasons == [
+      f"column 'when': {text!r} is not an instant of event-time form 'date+time' within the "
+      f"years 1971-2200" for text in ("2024-03-10T", "2024-13-01T10:00")]
+  table = pa.concat_tables([pq.read_table(p) for p in glob.glob(os.path.join(out, "parquet",
+                                                                              "*"))])
+  got = dict(zip(table.column("id").to_pylist(), table.column("when").to_pylist()))
+  import zoneinfo
+  ny = zoneinfo.ZoneInfo("America/New_York")  # 2024-03-10 is the spring DST change there
+
+  def at(h, mi):
+    return int(datetime.datetime(2024, 3, 10, h, mi, tzinfo=ny).timestamp())
+  assert got == {1: at(1, 30), 2: at(3, 30), 4: None, 5: at(7, 0)}
+  assert at(3, 30) - at(1, 30) == 3600  # an hour apart on the clock's two-hour gap
+  assert [c["name"] for c in m["schema"]["columns"]] == ["id", "day", "at", "x", "when"]
+  assert m["side_columns"]["context"] == {"at": "at", "day": "day"}

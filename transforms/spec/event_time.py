@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 
 __all__ = ["FORMATS", "DEFAULT_FORMAT", "DEFAULT_ZONE", "PLAUSIBLE_YEARS", "EventTimeError",
            "declaration", "check_declaration", "to_seconds", "check_values", "source_problem",
-           "parse_flag", "source_instants", "module_form", "ISO_OUT", "NOT_INSTANT"]
+           "parse_flag", "source_instants", "module_form", "ISO_OUT", "NOT_INSTANT", "COMPOSED",
+           "composed_text"]
 
 FORMATS = ("seconds", "ms", "us", "ns", "iso8601", "timestamp")
 DEFAULT_FORMAT, DEFAULT_ZONE = "seconds", "UTC"
@@ -209,20 +210,53 @@ ISO_OUT = "%Y-%m-%dT%H:%M:%S%z"
 NOT_INSTANT = "an instant of event-time form {form!r} within the years {low}-{high}"
 
 
+COMPOSED = "date+time"  # the form of an event time serving split into a date and a time of day
+
+
 def parse_flag(text):
-  """(column, form, zone) of ingest's --event_time COLUMN=FORM[:ZONE]; EventTimeError (one
-  line) when malformed, the form unknown or the zone not a known time zone."""
+  """(column, form, zone, parts) of ingest's --event_time COLUMN=FORM[:ZONE] (parts: ()), or of
+  COLUMN=DATE+TIME[:ZONE], an event time serving wrote as two columns, a date and a time of day,
+  that ingest composes into the new column COLUMN (form COMPOSED, parts: (DATE, TIME));
+  EventTimeError (one line) when malformed, the form unknown or the zone not a known time zone."""
   column, _, rest = (text or "").partition("=")
   form, _, zone = rest.partition(":")
   column, form, zone = column.strip(), form.strip(), zone.strip() or DEFAULT_ZONE
-  if not column or not form:
-    raise EventTimeError(f"--event_time wants COLUMN=FORM[:ZONE], got {text!r}")
+  parts = tuple(p.strip() for p in form.split("+")) if "+" in form else ()
+  if not column or not form or (parts and (len(parts) != 2 or not all(parts))):
+    raise EventTimeError(f"--event_time wants COLUMN=FORM[:ZONE] or COLUMN=DATE+TIME[:ZONE], "
+                         f"got {text!r}")
   try:
-    check_declaration(column, form, zone)
+    check_declaration(column, "iso8601" if parts else form, zone)
   except EventTimeError as e:
     raise EventTimeError(f"--event_time {text}: " + str(e).replace(
         "EVENT_TIME_FORMAT", "form").replace("EVENT_TIME_ZONE", "zone")) from None
-  return column, form, zone
+  return column, COMPOSED if parts else form, zone, parts
+
+
+def composed_text(date, time):
+  """ISO-8601 text without a zone ("2014-05-16T19:45:00") of a date column (a DATE, or text
+  YYYY-MM-DD) and a time-of-day column (text H[H][:MM[:SS[.f]]], or an integer hour 0-23), for
+  source_instants' "iso8601" in the zone given: null where both are null; a value no instant
+  reads (bad text, one of the two missing) is kept as text, so that it is rejected with it."""
+  def text(arr):
+    if isinstance(arr, pa.ChunkedArray):
+      arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+      arr = arr.dictionary_decode()
+    return arr
+
+  date, time = text(date), text(time)
+  if pa.types.is_integer(time.type):  # an hour
+    hour = pc.utf8_lpad(time.cast(pa.string()), 2, "0")
+    time = pc.binary_join_element_wise(hour, "00", ":")
+  else:
+    time = pc.utf8_trim_whitespace(time.cast(pa.string()))
+    time = pc.replace_substring_regex(time, r"^([0-9])(:|$)", r"0\1\2")  # 7:05 -> 07:05
+    time = pc.replace_substring_regex(time, r"^([0-9]{2})$", r"\1:00")  # an hour alone
+  date = date.cast(pa.string())  # a DATE's text is YYYY-MM-DD
+  both_null = pc.and_(date.is_null(), time.is_null())
+  joined = pc.binary_join_element_wise(pc.fill_null(date, ""), pc.fill_null(time, ""), "T")
+  return pc.if_else(both_null, pa.scalar(None, pa.string()), joined)
 
 
 def _in_form(arr, form):

@@ -22,23 +22,31 @@ def type_batch(batch, columns, paths, required=(), side=(), event=None):
   columns are present, with the data columns in `columns` order and __raw_fp__ (the raw-stage
   fingerprint of the cells' canonical text, spec/values.py, over the record's columns: not the
   `side` ones, spec/dataset.py); provenance is dropped.
-  event: (column, form, zone) of a column the source wrote event times in (ingest --event_time):
-  typed as the canonical event time (INT Unix seconds) and fingerprinted at raw as the exact
-  instant (spec/event_time.source_instants); a value that is no instant is rejected.
+  event: (column, form, zone, parts) of the column the source wrote event times in (ingest
+  --event_time; parts: the date and time-of-day columns it is composed of, or ()): typed as the
+  canonical event time (INT Unix seconds) and fingerprinted at raw as the exact instant
+  (spec/event_time.source_instants); a value that is no instant is rejected.
   """
   n = batch.num_rows
   typed, bad_by_column = [], []
+  sources = {}  # {column: its source array} where it is not the batch's own column
+  if event:
+    column, form, _, parts = event
+    if parts:  # a date and a time of day: ISO-8601 text in the zone
+      sources[column] = event_time.composed_text(batch.column(parts[0]), batch.column(parts[1]))
+    source = sources[column] if parts else batch.column(column)
+    not_instant = event_time.NOT_INSTANT.format(form=form, low=event_time.PLAUSIBLE_YEARS[0],
+                                                high=event_time.PLAUSIBLE_YEARS[1])
   # Each cell's canonical text (spec/values.py), once: the raw fingerprint and typing read it.
   canonical = {name: values.canonical_text(batch.column(name)) for name, _ in columns
                if not event or name != event[0]}
   for name, typ in columns:
     if event and name == event[0]:
-      seconds, canonical[name], bad = event_time.source_instants(batch.column(name), *event[1:])
+      seconds, canonical[name], bad = event_time.source_instants(
+          source, "iso8601" if event[3] else event[1], event[2])
       typed.append(pa.array(seconds, pa.int64(), mask=canonical[name].is_null().to_numpy(
           zero_copy_only=False)))
-      bad_by_column.append((name, event_time.NOT_INSTANT.format(
-          form=event[1], low=event_time.PLAUSIBLE_YEARS[0], high=event_time.PLAUSIBLE_YEARS[1]),
-          np.flatnonzero(bad)))
+      bad_by_column.append((name, not_instant, np.flatnonzero(bad)))
       continue
     arr, bad = schema.type_column(batch.column(name), typ, canonical[name])
     typed.append(arr)
@@ -56,7 +64,7 @@ def type_batch(batch, columns, paths, required=(), side=(), event=None):
     raw = batch.column(csv_records.RAW_COLUMN)
     reasons = {}
     for name, typ, bad in bad_by_column:  # per-row work only for rejected rows
-      col = batch.column(name)
+      col = sources[name] if name in sources else batch.column(name)
       for i in bad:
         reasons.setdefault(int(i), []).append(
             PARSE.reason("key_missing", name=name) if typ is None else
