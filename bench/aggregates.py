@@ -13,6 +13,13 @@ windows, timed in this process, best of 3:
 Ratio (s)/(p) per fn. For sum and mean the rule sums exactly (integer significand sums per
 binary exponent, correctly rounded at the end), so the sum is the same bytes under any
 partitioning; pandas adds in arrival order.
+
+Then an aggregate in a window of its own (the records' window stays the profile's hour), count
+and mean, two windows: the Chicago local day (a calendar window) and a sliding 6-hour window by
+the hour:
+  (o) the rule: assign_windows adding the aggregate's own window end, then as (s);
+  (q) the baseline: pandas, the local day by tz_convert + floor, or the record repeated into its
+      six windows, then groupby([group, window end]).transform(fn).
 """
 import argparse
 import os
@@ -82,6 +89,51 @@ def main():
     close = np.allclose(got, want, rtol=1e-12, equal_nan=True)
     print(f"  {fn:15s} (s) {s:6.3f} s   (p) {p:6.3f} s   (s)/(p) {s / p:5.2f}   "
           f"values {'equal' if close else 'DIFFER'}")
+  main_own(table, step, table.to_pandas())
+
+
+OWN = {"local day": {"type": "fixed", "size_seconds": 86400, "period_seconds": 86400,
+                     "offset_seconds": 0, "zone": "America/Chicago"},
+       "sliding 6h/1h": {"type": "sliding", "size_seconds": 6 * 3600, "period_seconds": 3600,
+                         "offset_seconds": 0, "zone": None}}
+
+
+def by_rule_own(table, step, agg):
+  kept, _ = window.assign_windows(table.to_batches()[0], "t", PROFILE, None, aggregates=[agg])
+  return by_rule([kept.slice(i, step) for i in range(0, kept.num_rows, step)], agg)
+
+
+def by_pandas_own(df, fn, w):
+  period, copies = w["period_seconds"], w["size_seconds"] // w["period_seconds"]
+  t = df["t"].to_numpy()
+  if w["zone"]:
+    local = pd.to_datetime(df["t"], unit="s", utc=True).dt.tz_convert(w["zone"]) \
+        .dt.tz_localize(None)
+    t = (local - pd.Timestamp(0)).dt.total_seconds().astype(np.int64).to_numpy()
+  end = (t // period + 1) * period
+  if copies == 1:
+    return by_pandas(df.assign(end=end), fn)
+  rows = df.loc[df.index.repeat(copies), [GROUP, VALUE, "t"]]
+  rows["end"] = (end[:, None] + np.arange(copies)[None, :] * period).ravel()
+  groups = rows.groupby([GROUP, "end"], dropna=False)
+  column = groups["t"] if fn == "count" else groups[VALUE]
+  out = column.agg({"count": "size", "count_distinct": "nunique"}.get(fn, fn)).rename("out")
+  own = df[[GROUP]].assign(end=end)
+  return own.merge(out.reset_index(), on=[GROUP, "end"], how="left")["out"]
+
+
+def main_own(table, step, df):
+  print("an aggregate in a window of its own (records in the profile's hour)")
+  for label, w in OWN.items():
+    for fn in ("count", "mean"):
+      agg = {"name": fn, "group_by": [GROUP], "fn": fn,
+             "column": None if fn == "count" else VALUE, "window": w}
+      o, ours = best(lambda: by_rule_own(table, step, agg))
+      q, theirs = best(lambda: by_pandas_own(df, fn, w))
+      close = np.allclose(pa.chunked_array(ours).to_numpy(), theirs.to_numpy(np.float64),
+                          rtol=1e-12, equal_nan=True)
+      print(f"  {label:13s} {fn:6s} (o) {o:6.3f} s   (q) {q:6.3f} s   (o)/(q) {o / q:5.2f}   "
+            f"values {'equal' if close else 'DIFFER'}")
 
 
 if __name__ == "__main__":

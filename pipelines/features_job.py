@@ -86,7 +86,7 @@ def plan_features(opts, pool):
   prof, module = load_profile_and_module(opts.profile, opts.transform_module)
   verifying = pool.submit(verify.verify, opts.input_dir)
   try:
-    manifest, columns, aggregates = _dataset_plan(opts, module)
+    manifest, columns, aggregates = _dataset_plan(opts, module, prof)
     _check_event_time(opts, module, manifest, dict(columns))
     columns, event, convert = event_plan(opts, module, manifest, columns)
     _check_logged_counts(opts, manifest, aggregates)
@@ -131,13 +131,17 @@ def _check_key_columns(module, module_name, dataset_keys):
         f"dataset is keyed by {_key_text(dataset_keys)} (ingest --key_columns)")
 
 
-def _dataset_plan(opts, module):
+def _dataset_plan(opts, module, prof):
   manifest = dataset.load_manifest(opts.input_dir)  # verify has refused a missing one
   if "parquet" not in {s["format"] for s in manifest["shards"]}:
     raise common.UsageError("--input_dir must hold Parquet shards (exact float64 values)")
   columns = record_columns(manifest)  # the side columns are not the record's (spec/dataset.py)
   names = [n for n, _ in columns]
-  aggregates = [window.describe(a) for a in module.WINDOWED_AGGREGATES]
+  try:  # each aggregate's window: its own, the profile's, and the profile's override
+    aggregates = window.resolve(module.WINDOWED_AGGREGATES, prof)
+  except ValueError as e:
+    raise common.UsageError(f"--transform_module {opts.transform_module} with --profile "
+                            f"{opts.profile}: {e}") from None
   needed = [module.EVENT_TIME_COLUMN] + [c for a in aggregates for c in window.input_columns(a)]
   lacking = list(dict.fromkeys(n for n in needed if n not in names))
   if lacking:

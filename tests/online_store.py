@@ -32,7 +32,8 @@ def records_and_aggregates(csv_path, features_dir):
   typed = pa.table([schema.type_column(text.column(n).combine_chunks(), t)[0]
                     for n, t in columns], names=names).combine_chunks().to_batches()[0]
   prof = profiles.parse_profile(meta["profile"])
-  kept, dropped = window_records.assign_windows(typed, meta["event_time"]["column"], prof, None)
+  kept, dropped = window_records.assign_windows(typed, meta["event_time"]["column"], prof, None,
+                                                aggregates=meta["schema"]["aggregates"])
   assert dropped.num_rows == 0 and kept.num_rows == typed.num_rows  # order kept
   values = {a["name"]: window_records.aggregate_values(kept, a, prof).to_pylist()
             for a in meta["schema"]["aggregates"]}

@@ -45,6 +45,18 @@ AGGREGATES = [
      "column": "fare"},
 ]
 FLOAT_FNS = ("sum", "mean", "min", "max")
+# Windows of their own (spec/profile.parse_window): fixed with an offset, sliding, the local day
+# in Chicago (23 or 25 hours across a DST change) and two local days sliding by one.
+OWN_WINDOWS = {
+    "area_trips": {"type": "fixed", "size_seconds": 7200, "offset_seconds": 1800},
+    "company_mean_miles": {"type": "sliding", "size_seconds": 6 * 3600, "period_seconds": 3600},
+    "area_companies": {"type": "fixed", "size_seconds": 86400, "zone": "America/Chicago"},
+    "route_max_fare": {"type": "sliding", "size_seconds": 2 * 86400, "period_seconds": 86400,
+                       "offset_seconds": 6 * 3600, "zone": "America/Chicago"},
+}
+# The job's aggregates: the ones above in their own windows, the others in the profile's.
+JOB_AGGREGATES = [dict(a, **({"window": OWN_WINDOWS[a["name"]]} if a["name"] in OWN_WINDOWS
+                             else {})) for a in AGGREGATES]
 
 
 def _profile(size, period):
@@ -57,13 +69,18 @@ def _profile(size, period):
       "sampling": {"seed": 0, "fraction": 1.0}})
 
 
-def expected(df, agg, time, size, period):
+def expected(df, agg, time, size, period, offset=0, zone=None):
   """Each record's value of `agg` by pandas: the record is repeated into every window holding
   it (trailing windows ending at the first period boundary after t, then every period while the
   window still holds t), grouped by the group columns and window end (dropna=False: null is a
-  group), aggregated, and joined back on the record's own window end."""
+  group), aggregated, and joined back on the record's own window end. With a zone, t is the
+  zone's wall-clock time (pandas' tz_convert)."""
   by = window.group_columns(agg)
-  end = (np.floor_divide(df[time].to_numpy(), period) + 1) * period
+  t = df[time].to_numpy()
+  if zone:
+    local = pd.to_datetime(df[time], unit="s", utc=True).dt.tz_convert(zone).dt.tz_localize(None)
+    t = (local - pd.Timestamp(0)).dt.total_seconds().astype(np.int64).to_numpy()
+  end = offset + (np.floor_divide(t - offset, period) + 1) * period
   copies = size // period
   read = list(dict.fromkeys(by + ([agg["column"]] if agg.get("column") else [])))
   rows = df.loc[df.index.repeat(copies), read].copy()
@@ -115,6 +132,74 @@ def test_each_fn_equals_pandas_on_the_taxi_sample(taxi_batch, agg, size, period)
   want = expected(df, agg, TIME, size, period)
   assert len(got) == len(df) and (not agg["fn"].startswith("count") or want.max() > 1)
   assert_same(agg, got, want)
+
+
+def _window_of(agg):
+  """(size, period, offset, zone) of an own window (OWN_WINDOWS), as the test reads it."""
+  w = OWN_WINDOWS[agg["name"]]
+  return (w["size_seconds"], w.get("period_seconds", w["size_seconds"]),
+          w.get("offset_seconds", 0), w.get("zone"))
+
+
+@pytest.mark.parametrize("agg", AGGREGATES, ids=[a["name"] for a in AGGREGATES])
+@pytest.mark.parametrize("own", sorted(OWN_WINDOWS))
+def test_each_fn_in_a_window_of_its_own_equals_pandas(taxi_batch, agg, own):
+  """Every fn counted in each kind of window of its own (the record's window stays the
+  profile's hour): fixed with an offset, sliding, the Chicago local day, two local days."""
+  batch, df = taxi_batch
+  prof = _profile(3600, 3600)
+  agg = dict(agg, window=OWN_WINDOWS[own])
+  resolved = window.resolve([agg], prof)
+  kept, dropped = window.assign_windows(batch, TIME, prof, None, aggregates=resolved)
+  assert dropped.num_rows == 0
+  got = window.aggregate_values(kept, resolved[0], prof).to_numpy(zero_copy_only=False)
+  size, period, offset, zone = _window_of({"name": own})
+  assert_same(agg, got, expected(df, agg, TIME, size, period, offset, zone))
+
+
+def test_a_local_day_window_spans_23_or_25_hours_across_dst(taxi_batch):
+  """The Chicago local day holds the records of its wall-clock day: on 2014-03-09 (23 hours)
+  and 2014-11-02 (25 hours) as on any other (counted here with zoneinfo)."""
+  import datetime
+  import zoneinfo
+  batch, df = taxi_batch
+  prof = _profile(3600, 3600)
+  agg = window.resolve([{"name": "day_trips", "group_by": "payment_type", "fn": "count",
+                         "window": OWN_WINDOWS["area_companies"]}], prof)[0]
+  kept, _ = window.assign_windows(batch, TIME, prof, None, aggregates=[agg])
+  got = window.aggregate_values(kept, agg, prof).to_pylist()
+  chicago = zoneinfo.ZoneInfo("America/Chicago")
+  days = [datetime.datetime.fromtimestamp(t, chicago).date() for t in df[TIME]]
+  want = pd.Series(1, index=pd.MultiIndex.from_arrays([df["payment_type"].fillna("<null>"), days]))
+  counts = want.groupby(level=[0, 1]).sum()
+  for i, (p, d) in enumerate(zip(df["payment_type"].fillna("<null>"), days)):
+    assert got[i] == counts[(p, d)]
+  for day in (datetime.date(2014, 3, 9), datetime.date(2014, 11, 2)):
+    hours = (datetime.datetime.combine(day + datetime.timedelta(1), datetime.time(),
+                                       chicago).timestamp() -
+             datetime.datetime.combine(day, datetime.time(), chicago).timestamp()) / 3600
+    assert hours in (23, 25)
+
+
+def test_a_profile_override_changes_one_aggregate_window_and_names_it():
+  prof = profiles.parse_profile(dict(yaml.safe_load(open(os.path.join(
+      ROOT, "profiles", "offline.yaml"), encoding="utf-8")),
+      aggregate_windows={"area_trips": {"offset_seconds": 2700}}))
+  resolved = {a["name"]: a.get("window") for a in window.resolve(JOB_AGGREGATES, prof)}
+  assert resolved["area_trips"] == {"type": "fixed", "size_seconds": 7200,
+                                    "period_seconds": 7200, "offset_seconds": 2700, "zone": None}
+  assert resolved["area_fare_sum"] is None  # the profile's own window
+  assert resolved["company_mean_miles"]["period_seconds"] == 3600
+  with pytest.raises(ValueError, match=r"aggregate_windows names nope, which the module does "
+                                       r"not compute"):
+    window.resolve(JOB_AGGREGATES, profiles.parse_profile(dict(yaml.safe_load(open(
+        os.path.join(ROOT, "profiles", "offline.yaml"), encoding="utf-8")),
+        aggregate_windows={"nope": {"offset_seconds": 1}})))
+  with pytest.raises(ValueError, match=r"aggregate_windows.area_trips: offset_seconds must be "
+                                       r"< period_seconds"):
+    window.resolve(JOB_AGGREGATES, profiles.parse_profile(dict(yaml.safe_load(open(
+        os.path.join(ROOT, "profiles", "offline.yaml"), encoding="utf-8")),
+        aggregate_windows={"area_trips": {"offset_seconds": 7200}})))
 
 
 _GROUPS = st.one_of(st.none(), st.integers(0, 3))
@@ -280,7 +365,7 @@ def runs(tmp_path_factory):
   d = tmp_path_factory.mktemp("aggregates")
   path = keyed_taxi_csv(d / "taxi.csv", lambda i: f"T{i:06d}")
   module = d / "every_aggregate.py"
-  module.write_text(MODULE.format(aggregates=AGGREGATES))
+  module.write_text(MODULE.format(aggregates=JOB_AGGREGATES))
   data = ingest(d / "ingest", "--num_shards", "2", "--schema", TAXI_SCHEMA, "--key_columns",
                 "trip_id", inputs=str(path))
   offline = features(data, d / "offline", "--transform_module", str(module))
@@ -311,6 +396,14 @@ def runs(tmp_path_factory):
   out["ulp"] = str(d / "ulp")
   with ProductionLogger.from_features_dir(offline, out["ulp"]) as logger:
     logger.log_batch(records, ulp)
+  # Production shifts one aggregate's window (its profile's aggregate_windows), transformed
+  # with the offline transform_fn.
+  shifted = yaml.safe_load(open(os.path.join(ROOT, "profiles", "offline.yaml"), encoding="utf-8"))
+  shifted["aggregate_windows"] = {"area_trips": {"offset_seconds": 2700}}
+  (d / "shifted.yaml").write_text(yaml.safe_dump(shifted))
+  out["shifted"] = features(data, d / "shifted", "--transform_module", str(module),
+                            "--transform_fn_dir", os.path.join(offline, "transform_fn"),
+                            profile=str(d / "shifted.yaml"))
   return out
 
 
@@ -329,10 +422,11 @@ def test_the_job_logs_every_aggregate_as_pandas_computes_it(runs):
   log = _log(runs["offline"])
   assert log.column("key").to_pylist() == sorted(df["trip_id"])
   df = df.set_index("trip_id").loc[log.column("key").to_pylist()].reset_index()
-  for agg in AGGREGATES:  # the window stage's exact value (before the float32 tf.Example trip)
+  for agg in JOB_AGGREGATES:  # the window stage's exact value (before the float32 trip)
     got = log.column(f"aggregate__{agg['name']}")
     assert got.type == (pa.float64() if agg["fn"] in FLOAT_FNS else pa.int64())
-    assert_same(agg, got.to_numpy(zero_copy_only=False), expected(df, agg, TIME, size, size))
+    window_ = _window_of(agg) if agg.get("window") else (size, size, 0, None)
+    assert_same(agg, got.to_numpy(zero_copy_only=False), expected(df, agg, TIME, *window_))
 
 
 def test_the_run_records_each_aggregate_and_the_module_source_digest(runs):
@@ -342,9 +436,13 @@ def test_the_run_records_each_aggregate_and_the_module_source_digest(runs):
     meta = json.load(f)
   with open(runs["module"], "rb") as f:
     assert meta["transform_module_digest"] == "sha256:" + hashlib.sha256(f.read()).hexdigest()
+  windows = {n: dict(zip(("size_seconds", "period_seconds", "offset_seconds", "zone"),
+                         _window_of({"name": n})), type=w["type"])
+             for n, w in OWN_WINDOWS.items()}
   assert meta["schema"]["aggregates"] == [
-      {"name": a["name"], "fn": a["fn"], "column": a.get("column"),
-       "group_by": [a["group_by"]] if isinstance(a["group_by"], str) else a["group_by"]}
+      dict({"name": a["name"], "fn": a["fn"], "column": a.get("column"),
+            "group_by": [a["group_by"]] if isinstance(a["group_by"], str) else a["group_by"]},
+           **({"window": windows[a["name"]]} if a["name"] in windows else {}))
       for a in AGGREGATES]
 
 
@@ -360,6 +458,30 @@ def test_the_logger_given_the_online_values_logs_what_the_job_logs(runs):
                     os.path.join(os.path.dirname(runs["production"]), "diff_same"))
   assert report.exit_code == 0
   assert report.to_dict()["records"]["divergent"] == 0
+
+
+def test_one_aggregate_window_shifted_parts_at_window_for_the_records_it_changes(runs):
+  """Production counts area_trips in its 2-hour window offset by 45 min, not 30: the records
+  whose area_trips changes (pandas, both offsets) part at window, every other is identical, and
+  the cause names the aggregate's window."""
+  from replay import api
+  df = pd.read_csv(runs["csv"])
+  size, period, offset, zone = _window_of({"name": "area_trips"})
+  agg = dict(AGGREGATES[0])
+  before = expected(df, agg, TIME, size, period, offset, zone)
+  after = expected(df, agg, TIME, size, period, 2700, zone)
+  changed = int((before != after).sum())
+  assert 0 < changed < len(df)
+  out = os.path.dirname(runs["shifted"])
+  report = api.diff(runs["offline"], runs["shifted"], os.path.join(out, "diff_shift")).to_dict()
+  assert report["first_divergent_stage"]["window"] == changed
+  assert sum(report["first_divergent_stage"].values()) == changed
+  assert report["records"]["identical"] == len(df) - changed
+  causes = [(c["stage"], c["field"], c["offline"], c["production"], c["records"])
+            for c in report["suspected_causes"]]
+  assert ("window", "aggregates.area_trips.window.offset_seconds", 1800, 2700,
+          changed) in causes
+  assert not [c for c in causes if c[1].startswith("aggregates.") and "area_trips" not in c[1]]
 
 
 def test_a_wrong_online_mean_parts_at_window_for_exactly_those_records(runs):

@@ -89,6 +89,12 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
   with open(PROFILE) as f:  # a key given twice: refused, never the last one kept
     (d / "dup_profile.yaml").write_text(f.read() + "\nwindowing:\n  size_seconds: 60\n")
   (d / "dup_config.yaml").write_text(yaml.safe_dump(config) + "history: other.sqlite\n")
+  with open(PROFILE) as f:  # aggregate windows that do not fit: the module's or the period
+    profile = yaml.safe_load(f)
+  (d / "unknown_aggregate_window.yaml").write_text(yaml.safe_dump(dict(
+      profile, aggregate_windows={"no_such": {"offset_seconds": 60}})))
+  (d / "unfit_aggregate_window.yaml").write_text(yaml.safe_dump(dict(
+      profile, aggregate_windows={"area_trips_in_window": {"offset_seconds": 3600}})))
   (d / "reports_is_a_file.yaml").write_text(yaml.safe_dump(dict(config,
                                                                 reports=str(d / "a_file"))))
   (d / "history_under_a_file.yaml").write_text(yaml.safe_dump(dict(
@@ -187,7 +193,7 @@ def files(taxi_runs, taxi_features, tmp_path_factory):
       "deep_meta", "deep.yaml", "huge_shards.yaml", "huge_size.yaml", "huge_seed.yaml",
       "zero_size.yaml", "text_size.yaml", "history_is_dir.yaml", "history_not_sqlite.yaml",
       "reports_is_a_file.yaml", "history_under_a_file.yaml", "dup_profile.yaml",
-      "dup_config.yaml",
+      "dup_config.yaml", "unknown_aggregate_window.yaml", "unfit_aggregate_window.yaml",
       "unknown_threshold.yaml")})
   out.update({k.replace(".", "_"): str(d / k) for k in (
       "empty", "garbage.csv", "header_only.csv", "bad.pbtxt", "bad_profile.yaml",
@@ -220,6 +226,12 @@ CASES = [
                   "{bad_profile_yaml}"], "windowing"),
     ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
                   "{not_yaml_yaml}"], "not_yaml.yaml"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{unknown_aggregate_window_yaml}"],
+     "aggregate_windows names no_such, which the module does not compute"),
+    ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
+                  "{unfit_aggregate_window_yaml}"],
+     "aggregate_windows.area_trips_in_window: offset_seconds must be < period_seconds"),
     ("features", ["--input_dir", "{damaged_manifest}", "--output_dir", "{out}", "--profile",
                   PROFILE], "manifest.json"),
     ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile", PROFILE,

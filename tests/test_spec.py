@@ -227,7 +227,7 @@ def test_features_accepts_a_module_declaring_the_datasets_key(keyed_dataset, tmp
     ('[{"name": "n", "group_by": "g", "fn": "sum"}]',
      "aggregate 'n': fn sum needs a column (the one it aggregates), got None"),
     ('[{"name": "n", "group_by": "g", "fn": "count", "colum": "x"}]',
-     "aggregate 'n': unknown field(s) colum (fields: name, group_by, fn, column)"),
+     "aggregate 'n': unknown field(s) colum (fields: name, group_by, fn, column, window)"),
     ('[{"name": "n", "group_by": ["g", "g"], "fn": "count"}]',
      "aggregate 'n' has no group_by (a column or a list of distinct columns), got ['g', 'g']"),
     ('[{"name": "n", "group_by": "g", "fn": "count"}, {"name": "n", "group_by": "h", '

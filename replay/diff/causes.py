@@ -58,6 +58,25 @@ def _event_time_held(meta, source):
   return f"{form} as its source wrote it (ingest it with --event_time)"
 
 
+def _aggregate_windows(out, offline, production, aggs):
+  """A cause at window per aggregate whose window differs, named by the aggregate, when either
+  side counts it in a window of its own (the module's, or the profile's aggregate_windows): each
+  side's window, the profile's where the aggregate has none of its own."""
+  def windows(meta, side):
+    w = meta["profile"].get("windowing", {})
+    own = {"type": w.get("type"), "size_seconds": w.get("size_seconds"),
+           "period_seconds": w.get("period_seconds"), "offset_seconds": w.get("offset_seconds"),
+           "zone": None}
+    return {a["name"]: (a.get("window"), own) for a in side if isinstance(a, dict)}
+  a, b = windows(offline, aggs[0]), windows(production, aggs[1])
+  for name in sorted(set(a) & set(b)):
+    if a[name][0] or b[name][0]:
+      wa, wb = a[name][0] or a[name][1], b[name][0] or b[name][1]
+      for field in sorted(set(wa) | set(wb)):
+        _diff(out, ("window",), f"aggregates.{name}.window.{field}", wa.get(field),
+              wb.get(field))
+
+
 def _analyzer_value(entry):
   if entry is None:
     return None
@@ -130,7 +149,10 @@ def suspected_causes(offline, production):
   aggs = [m["schema"].get("aggregates") or [] for m in (offline, production)]
   if any(isinstance(a, str) for side in aggs for a in side):  # older metadata: names only
     aggs = [[a if isinstance(a, str) else a["name"] for a in side] for side in aggs]
-  _diff(out, ("window",), "schema.aggregates", *aggs)
+  _diff(out, ("window",), "schema.aggregates", *[[{k: v for k, v in a.items() if k != "window"}
+                                                  if isinstance(a, dict) else a for a in side]
+                                                 for side in aggs])
+  _aggregate_windows(out, offline, production, aggs)
   ea, eb = offline.get("event_time") or {}, production.get("event_time") or {}
   for field in sorted(set(ea) | set(eb)):
     _diff(out, ("window",), f"event_time.{field}", ea.get(field), eb.get(field))

@@ -96,7 +96,10 @@ class ProductionLogger:
     except ValueError as e:
       what = "event time" if isinstance(e, event_time.EventTimeError) else "aggregates"
       raise UsageError(f"{what}: {e}") from None
-    self._aggregates = [window.describe(a) for a in aggregates]
+    try:  # each aggregate's window: its own, the profile's, and the profile's override
+      self._aggregates = window.resolve(aggregates, profile)
+    except ValueError as e:
+      raise UsageError(f"aggregates: {e}") from None
     if on_write_error not in ON_WRITE_ERROR:
       raise UsageError(f"on_write_error must be one of {', '.join(ON_WRITE_ERROR)}, not "
                        f"{on_write_error!r}")

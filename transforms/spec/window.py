@@ -8,10 +8,13 @@ A record without an event time, or whose window is late (end + allowed lateness 
 the watermark being the largest event time of the run), is dropped, with its reason
 (stages.WINDOW).
 
-A windowed aggregate {"name", "group_by": column or [columns], "fn", "column"} is computed over
-the kept records with the same group_by values (null is a value of its own) in each window
-containing them (size / period windows for a sliding window), and joined to every record of the
-window as a column `name`:
+A windowed aggregate {"name", "group_by": column or [columns], "fn", "column", "window"} is
+computed over the kept records with the same group_by values (null is a value of its own) in
+each window containing them (size / period windows for a sliding window), and joined to every
+record of the window as a column `name`. Its window is its own when it declares one ("window":
+spec/profile.parse_window; a zone makes it a calendar window on that zone's wall-clock time),
+else the profile's; a profile's aggregate_windows entry overrides it (profile.aggregate_window;
+resolve records the outcome as the aggregate's "window", absent when it is the profile's):
   count           records (int64); with a `column`, its non-null values, as pandas' count
   count_distinct  distinct non-null values of `column` (int64; -0.0 counts as 0.0)
   sum, mean       of `column`'s non-null values (float64; null when the window has none); the
@@ -26,24 +29,25 @@ values (stages.WINDOW.fingerprint_fields).
 Computation, one rule offline and in tests: partial_state (a table per batch) -> merge_states
 (any grouping, any order) -> result (one row per group and window end) -> join_aggregate.
 """
-import math
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.spec import event_time, fingerprint
+from transforms.spec import event_time, exact_sum, fingerprint
+from transforms.spec.profile import aggregate_window, parse_window
 from transforms.spec.stages import DROP_REASON, WINDOW, WINDOW_END, WINDOW_FP, WINDOW_START
 from transforms.spec.values import is_number
 
 __all__ = ["assign_windows", "event_seconds", "latest_event_time", "partial_state",
            "merge_states", "result", "join_aggregate", "aggregate_values", "window_fingerprints",
            "check_aggregates", "check_columns", "describe", "group_columns", "input_columns",
-           "output_type", "window_value_column", "AGGREGATE_FNS", "NO_STATE"]
+           "output_type", "window_value_column", "window_end_column", "resolve",
+           "AGGREGATE_FNS", "NO_STATE"]
 
 AGGREGATE_FNS = ("count", "sum", "mean", "min", "max", "count_distinct")
 _NUMBER_FNS = ("sum", "mean", "min", "max")  # over a number column; a float64 result
-_FIELDS = ("name", "group_by", "fn", "column")
+_FIELDS = ("name", "group_by", "fn", "column", "window")
 # The state of no records (an empty input): joins as 0 (counts) or null.
 NO_STATE = pa.table({"e": pa.array([], pa.int64())})
 
@@ -67,15 +71,40 @@ def window_value_column(name):
   return f"__window_value__{name}"
 
 
+def window_end_column(name):
+  """The batch column assign_windows adds for an aggregate counted in a window of its own: the
+  end of the record's first window of it (a calendar window's in wall-clock seconds), the key
+  its state and join use in place of WINDOW_END."""
+  return f"__window_end__{name}"
+
+
+def resolve(aggregates, profile):
+  """The aggregates as describe gives them, each with its "window" when it is counted in one
+  other than the profile's (profile.aggregate_window); ValueError (spec/profile.ProfileError)
+  naming the aggregate, or the profile override naming none of them."""
+  names = {a["name"] for a in aggregates}
+  unknown = sorted(n for n, _ in profile.aggregate_windows if n not in names)
+  if unknown:
+    raise ValueError(f"aggregate_windows names {', '.join(unknown)}, which the module does not "
+                     f"compute (its WINDOWED_AGGREGATES: {', '.join(sorted(names)) or 'none'})")
+  out = []
+  for agg in aggregates:
+    window = aggregate_window(agg, profile)
+    out.append(dict(describe(agg), **({"window": window} if window else {})))
+  return out
+
+
 def output_type(agg):
   """The Arrow type of an aggregate's values: float64 for sum, mean, min, max; else int64."""
   return pa.float64() if agg["fn"] in _NUMBER_FNS else pa.int64()
 
 
 def describe(agg):
-  """The aggregate as the run metadata records it: {name, fn, group_by: [..], column|None}."""
-  return {"name": agg["name"], "fn": agg["fn"], "group_by": group_columns(agg),
-          "column": agg.get("column")}
+  """The aggregate as the run metadata records it: {name, fn, group_by: [..], column|None} and
+  its "window" when it has one (resolve)."""
+  return dict({"name": agg["name"], "fn": agg["fn"], "group_by": group_columns(agg),
+               "column": agg.get("column")}, **({"window": agg["window"]}
+                                                if agg.get("window") else {}))
 
 
 def check_aggregates(aggregates):
@@ -112,6 +141,8 @@ def check_aggregates(aggregates):
         (not isinstance(column, str) or not column):
       raise ValueError(f"aggregate {name!r}: fn {agg['fn']} needs a column (the one it "
                        f"aggregates), got {column!r}")
+    if agg.get("window") is not None:
+      parse_window(agg["window"], f"aggregate {name!r}: window")
 
 
 def check_columns(aggregates, arrow_types):
@@ -132,10 +163,11 @@ def check_columns(aggregates, arrow_types):
 
 
 def assign_windows(batch, event_column, profile, watermark, event_format=event_time.DEFAULT_FORMAT,
-                   event_zone=event_time.DEFAULT_ZONE):
+                   event_zone=event_time.DEFAULT_ZONE, aggregates=()):
   """(kept batch + WINDOW_START/END, dropped batch + DROP_REASON), vectorised. The event time
   is read in its declared format and normalised to Unix seconds (spec/event_time.py); the
-  watermark is in Unix seconds."""
+  watermark is in Unix seconds. Each of `aggregates` (resolve) counted in a window of its own
+  adds its window_end_column to the kept batch."""
   t, has_t, bad_t = event_time.to_seconds(batch.column(event_column), event_format, event_zone)
   period, size, offset = profile.window_period, profile.window_size, profile.window_offset
   if profile.window_type == "fixed":
@@ -155,11 +187,36 @@ def assign_windows(batch, event_column, profile, watermark, event_format=event_t
     kept, dropped = batch.filter(pa.array(keep)), batch.filter(pa.array(~keep))
     kept = kept.append_column(WINDOW_START, pa.array(start[keep])) \
         .append_column(WINDOW_END, pa.array(end[keep]))
+  for agg in aggregates:
+    if agg.get("window"):
+      kept = kept.append_column(window_end_column(agg["name"]), pa.array(
+          _first_end(t if keep.all() else t[keep], agg["window"])))
   reasons = np.where(has_t[~keep], WINDOW.reason("late"),
                      np.where(bad_t[~keep], WINDOW.reason("bad_event_time"),
                               WINDOW.reason("no_event_time")))
   dropped = dropped.append_column(DROP_REASON, pa.array(reasons, pa.string()))
   return kept, dropped
+
+
+def _first_end(t, window):
+  """The end of the first window (WINDOW_FIELDS) holding each Unix second of `t`: the fixed
+  window's end, or a sliding window's first period boundary after t; on a zone's wall-clock
+  seconds (pyarrow's zone database) when the window has one."""
+  if window["zone"]:
+    ts = pa.array(t, pa.timestamp("s", tz="UTC")).cast(pa.timestamp("s", tz=window["zone"]))
+    t = pc.local_timestamp(ts).cast(pa.int64()).to_numpy()
+  period, offset = window["period_seconds"], window["offset_seconds"]
+  return offset + (np.floor_divide(t - offset, period) + 1) * period
+
+
+def _ends(batch, agg, profile):
+  """(first window end of each record, windows per record, period) of an aggregate."""
+  w = agg.get("window")
+  if w:
+    return (batch.column(window_end_column(agg["name"])).to_numpy(),
+            w["size_seconds"] // w["period_seconds"], w["period_seconds"])
+  return (batch.column(WINDOW_END).to_numpy(), profile.window_size // profile.window_period,
+          profile.window_period)
 
 
 def event_seconds(column, event_format=event_time.DEFAULT_FORMAT,
@@ -225,14 +282,14 @@ def partial_state(batch, agg, profile, ordered=True):
   v (the values of the other fns), merged (merge_states) and sorted unless not `ordered` (the
   pipeline's partial tables, merged again by the combiner)."""
   fn, n = agg["fn"], batch.num_rows
-  copies = profile.window_size // profile.window_period  # the windows containing a record
+  first, copies, period = _ends(batch, agg, profile)  # copies: the windows holding a record
   if agg.get("column"):
     values, valid = _values(batch.column(agg["column"]), fn)
   else:
     values, valid = None, np.ones(n, dtype=bool)
   rows = np.repeat(np.arange(n), copies)[np.repeat(valid, copies)]
-  ends = (batch.column(WINDOW_END).to_numpy()[:, None]
-          + np.arange(copies)[None, :] * profile.window_period).ravel()[np.repeat(valid, copies)]
+  ends = (first[:, None] + np.arange(copies)[None, :] * period).ravel()[
+      np.repeat(valid, copies)]
   take = pa.array(rows, pa.int64())
   cols = {}
   for i, column in enumerate(group_columns(agg)):
@@ -242,48 +299,10 @@ def partial_state(batch, agg, profile, ordered=True):
   if fn == "count":
     cols["n"] = pa.array(np.ones(len(rows), dtype=np.int64))
   elif fn in ("sum", "mean"):
-    cols.update(_exact_parts(pc.take(values, take).to_numpy(zero_copy_only=False)))
+    cols.update(exact_sum.parts(pc.take(values, take).to_numpy(zero_copy_only=False)))
   else:
     cols["v"] = pc.take(values, take)
   return merge_states([pa.table(cols)], agg, ordered)
-
-
-# sum and mean are exact: each value is m * 2^(x - 53) with m a 53-bit integer (numpy frexp);
-# a state row holds, per group, window end and exponent x, the sums of m's high 27 and low 26
-# bits (int64: exact for 2^36 values an exponent) and the values' count. Summing those is
-# associative, so partial states merge in any order to the same integers; result() turns
-# them into the correctly rounded sum (and mean), one Python big-int sum per group.
-_POS_INF, _NEG_INF = 1 << 20, -(1 << 20)  # the exponent rows counting +inf and -inf values
-_LOW_BITS = 26
-
-
-def _exact_parts(v):
-  """{x, hi, lo, n} state columns of float64 values (no NaN): v == (hi * 2^26 + lo) *
-  2^(x - 53) exactly; an infinity is counted (hi) under the _POS_INF / _NEG_INF exponent."""
-  finite = np.isfinite(v)
-  frac, x = np.frexp(np.where(finite, v, 0.0))
-  m = np.ldexp(frac, 53).astype(np.int64)  # |frac| < 1: exact
-  hi, lo, x = m >> _LOW_BITS, m & ((1 << _LOW_BITS) - 1), x.astype(np.int64)
-  x[~finite] = np.where(v[~finite] > 0, _POS_INF, _NEG_INF)
-  hi[~finite], lo[~finite] = 1, 0
-  return {"x": pa.array(x), "hi": pa.array(hi), "lo": pa.array(lo),
-          "n": pa.array(np.ones(len(v), dtype=np.int64))}
-
-
-def _exact_value(xs, his, los, count, mean):
-  """The correctly rounded sum (or mean, over `count` values) of one group's state rows."""
-  pos = sum(int(h) for x, h in zip(xs, his) if x == _POS_INF)
-  neg = sum(int(h) for x, h in zip(xs, his) if x == _NEG_INF)
-  if pos or neg:
-    return math.nan if pos and neg else math.inf if pos else -math.inf
-  terms = [((int(h) << _LOW_BITS) + int(lo), int(x) - 53) for x, h, lo in zip(xs, his, los)]
-  low = min(e for _, e in terms)
-  total = sum(m << (e - low) for m, e in terms)  # the exact sum is total * 2^low
-  top, bottom = (total << max(low, 0)), (1 << max(-low, 0)) * (count if mean else 1)
-  try:
-    return top / bottom  # Python's int / int is correctly rounded
-  except OverflowError:  # beyond float64: an infinity, as float addition gives
-    return math.inf if top > 0 else -math.inf
 
 
 def merge_states(tables, agg, ordered=False):
@@ -335,7 +354,7 @@ def result(state, agg):
         zero_copy_only=False)
   bounds = np.append(np.flatnonzero(change), state.num_rows)
   x, hi, lo, n = (state.column(c).to_numpy() for c in ("x", "hi", "lo", "n"))
-  total = [_exact_value(x[a:b], hi[a:b], lo[a:b], int(n[a:b].sum()), fn == "mean")
+  total = [exact_sum.value(x[a:b], hi[a:b], lo[a:b], int(n[a:b].sum()), fn == "mean")
            for a, b in zip(bounds[:-1], bounds[1:])]
   return state.select(keys).take(pa.array(bounds[:-1])).append_column(
       "out", pa.array(total, pa.float64()))
@@ -353,7 +372,7 @@ def join_aggregate(batch, agg, values):
   keys, cols = _keys(agg), {"__row__": np.arange(batch.num_rows)}
   for i, column in enumerate(group_columns(agg)):
     cols[f"g{i}"], cols[f"g{i}null"] = _group_values(batch.column(column))
-  cols["e"] = batch.column(WINDOW_END)
+  cols["e"] = batch.column(window_end_column(name) if agg.get("window") else WINDOW_END)
   # values RIGHT OUTER JOIN rows == rows LEFT OUTER JOIN values; Acero builds its hash table
   # on the right input, so it is the batch's rows (not the whole values table, every batch).
   joined = values.rename_columns([{"out": "__out__"}.get(n, n) for n in values.column_names]) \

@@ -46,12 +46,13 @@ class MergeStates(beam.CombineFn):
 
 class _AssignFn(beam.DoFn):
 
-  def __init__(self, event, profile):
+  def __init__(self, event, profile, aggregates):
     self._event = event  # (column, format, zone)
     self._profile = profile
+    self._aggregates = aggregates
 
   def process(self, batch, watermark=None):
-    kept, dropped = _assign(batch, self._event, self._profile, watermark)
+    kept, dropped = _assign(batch, self._event, self._profile, watermark, self._aggregates)
     if dropped.num_rows:
       yield beam.pvalue.TaggedOutput(DROPPED, dropped)
     if kept.num_rows:
@@ -79,13 +80,14 @@ class _JoinFn(AheadDoFn):
     yield window_fingerprints(batch, [agg["name"] for agg in self._aggregates])
 
 
-def _assign(batch, event, profile, watermark):
+def _assign(batch, event, profile, watermark, aggregates):
   column, form, zone = event
-  return assign_windows(batch, column, profile, watermark, event_format=form, event_zone=zone)
+  return assign_windows(batch, column, profile, watermark, event_format=form, event_zone=zone,
+                        aggregates=aggregates)
 
 
-def _kept_only(batch, event, profile, watermark=None):
-  kept, _ = _assign(batch, event, profile, watermark)
+def _kept_only(batch, event, profile, aggregates, watermark=None):
+  kept, _ = _assign(batch, event, profile, watermark, aggregates)
   return kept
 
 
@@ -98,6 +100,7 @@ class WindowRecords(beam.PTransform):
   the full batches stream through assign -> join (and on, fused with the stages after) without
   being materialised to wait for the aggregates side inputs.
 
+  aggregates: as spec/window.resolve gives them (each with its own "window", if any).
   event_format / event_zone: the feature module's declaration (spec/event_time.declaration).
   logged: {aggregate: side column} of the aggregates serving logged (spec/dataset.py side
   columns): taken as production computed them, not counted here, so a wrong online aggregate
@@ -125,13 +128,13 @@ class WindowRecords(beam.PTransform):
           | "Watermark" >> beam.CombineGlobally(
               lambda vs: max((v for v in vs if v is not None), default=None)))
     assigned = batches | "Assign" >> beam.ParDo(
-        _AssignFn(self._event, self._profile), watermark).with_output_types(
+        _AssignFn(self._event, self._profile, self._aggregates), watermark).with_output_types(
             pa.RecordBatch).with_outputs(DROPPED, main="kept")
     if count_batches is None:
       counted = assigned.kept
     else:
       counted = count_batches | "AssignForCounts" >> beam.Map(
-          _kept_only, self._event, self._profile, watermark).with_output_types(
+          _kept_only, self._event, self._profile, self._aggregates, watermark).with_output_types(
               pa.RecordBatch)
     values = {}
     for i, agg in enumerate(self._aggregates):
