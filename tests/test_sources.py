@@ -202,12 +202,12 @@ def test_jsonl_types_alternating_record_by_record_make_one_piece_per_type():
   assert got == {i: i if i % 2 else str(i) for i in range(9)}
 
 
-def _split_parse(objects, own_keys=False):
+def _split_parse(objects):
   from transforms.codec.json_values import JsonReader
   lines = [o if isinstance(o, bytes) else json.dumps(o).encode() for o in objects]
   buf = b"\n".join(lines)
   starts = np.cumsum([0] + [len(x) + 1 for x in lines[:-1]])
-  reader = JsonReader(own_keys=own_keys)
+  reader = JsonReader()
   split = []
   by_kinds = reader._by_kinds
   reader._by_kinds = lambda *a, **k: split.append(by_kinds(*a, **k)) or split[-1]  # [-1]: whole
@@ -230,10 +230,35 @@ def test_jsonl_whole_line_records_with_alternating_types_are_split_by_the_reader
   want = {i: {k: v for k, v in o.items() if v is not None} for i, o in enumerate(objects)}
   assert not bad and got == want
   assert split[-1] is not None and len(split[-1]) == 4  # the whole: a 2 kinds x b 2 kinds
-  # the same lines where each record keeps its own keys (a record path may render them):
-  # parsed one by one, the same values
-  own, bad, split = _split_parse(objects, own_keys=True)
-  assert not bad and own == want and not split
+
+
+def test_jsonl_a_nested_key_whose_type_changes_splits_by_its_kind_in_each_line():
+  """Payload-shaped lines (a list of instances) whose nested fare changes type line by line,
+  and whose outer shape alternates (an object holding the list, or the bare list): split by
+  the one kind of the key's values in each line, every value as Python's json reads it. A
+  line mixing two kinds of that key cannot split: every line is parsed."""
+  objects = [{"p": {"instances": [{"fare": 1.5 if i % 2 else "1.5", "n": j} for j in range(3)]}
+              if i % 3 else [{"fare": i, "n": None}]} for i in range(12)]
+  got, bad, split = _split_parse(objects)
+  want = {i: {"p": o["p"]} for i, o in enumerate(objects)}
+  assert not bad and len(got) == 12 and split[-1] is not None and len(split[-1]) == 3
+  assert all(_same_payload(got[i]["p"], want[i]["p"]) for i in want)
+  assert [type(got[i]["p"]["instances"][0]["fare"]) for i in (1, 2, 4, 5)] == [float, str, str,
+                                                                           float]
+  objects[4] = {"p": {"instances": [{"fare": 1.0}, {"fare": "x"}]}}  # two kinds in one line
+  got, bad, split = _split_parse(objects)  # parsed one by one: that line's list is refused
+  assert split[-1] is None and sorted(got) == [i for i in range(12) if i != 4]
+  assert [i for i, _ in bad] == [4] and "different JSON types" in bad[0][1]
+
+
+def _same_payload(got, want):
+  """A parsed payload as the reader gives it (the union of its part's keys, a missing one
+  null) against the JSON value: equal where the JSON holds a value."""
+  if isinstance(want, dict):
+    return all(_same_payload(got.get(k), v) for k, v in want.items())
+  if isinstance(want, list):
+    return len(got) == len(want) and all(_same_payload(g, w) for g, w in zip(got, want))
+  return got == want
 
 
 def test_jsonl_a_split_that_cannot_hold_falls_back_to_parsing_each_line():
@@ -271,7 +296,7 @@ def test_jsonl_record_path_expands_lists_and_renders_elements():
       {"a": 2, "b": None, "when": "t1", "__line__": 1, "raw": b'{"a":2,"b":null}'},
       {"a": 3, "b": "z", "when": "t2", "__line__": 2,
        "raw": b'{"req": {"rows": {"a": 3, "b": "z"}}, "ts": "t2"}'},
-      {"a": 6, "b": None, "when": "t5", "__line__": 5, "raw": b'{"a":6}'}]
+      {"a": 6, "b": None, "when": "t5", "__line__": 5, "raw": b'{"a":6,"b":null}'}]
   assert sorted((line, raw, why) for line, raw, why in rejected) == [
       (3, b'{"req": {"rows": []}, "ts": "t3"}',
        "no record in the line (an empty list at record_path req.rows)"),

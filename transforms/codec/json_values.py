@@ -49,7 +49,7 @@ def _not_json(name):
 _TOO_BIG = "a number beyond a double's range (it would read as infinity)"
 # The reader's refusal of a key whose JSON type changes (pyarrow 25: "JSON parse error:
 # Column(/fare) changed from number to string in row 1"); a nested key is not split on.
-_CHANGED = re.compile(r"Column\(/([^/()]+)\) changed from [a-z]+ to [a-z]+ in row")
+_CHANGED = re.compile(r"Column\(/([^()]+)\) changed from [a-z]+ to [a-z]+ in row")
 _INF = float("inf")
 
 
@@ -86,11 +86,8 @@ def _check_value(value, strings=True):
 class JsonReader:
   """Parses buffers of JSON objects; keeps the string hint of the fields seen as dates."""
 
-  def __init__(self, own_keys=True):
+  def __init__(self):
     self._hint = None  # struct type: the fields the reader would type as timestamps, as strings
-    # own_keys: each object's struct holds its own keys (what a record rendered from its values
-    # shows); False where every record is a whole line, whose raw text is the line itself
-    self._own_keys = own_keys
 
   def parse(self, buf, starts, ends, unwrap=None):
     """([(positions, StructArray)], [(position, reason)]) of the JSON objects
@@ -102,10 +99,9 @@ class JsonReader:
     table = self._read(buf, longest, why)
     if table is not None and table.num_rows == n:
       return _without_infinities([(np.arange(n), _struct(table))], [])
-    if self._own_keys is False and unwrap is None and n:
-      # Records that are whole lines (their raw text is the line): split by the JSON type of
-      # the key the reader refused, vectorised; each part's struct holds the union of its
-      # lines' keys, as the reader gives a typed block.
+    if n:
+      # Split by the JSON type of the key the reader refused, vectorised; each part's struct
+      # holds the union of its lines' keys, as the reader gives a typed block.
       offsets = np.append(starts, ends[-1]).astype(np.int64)
       firsts = pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(
           offsets - offsets[0]), pa.py_buffer(bytes(buf[offsets[0]:offsets[-1]]))])
@@ -173,10 +169,18 @@ class JsonReader:
     changed = _CHANGED.search(why[-1]) if why else None
     if changed is None or depth >= 8:
       return None
-    value = pc.extract_regex(firsts.take(pa.array(at)),
-                             '"' + re.escape(changed.group(1)) + r'"\s*:\s*(?P<c>.)')
-    kind = pc.fill_null(pc.struct_field(value, [0]), b"n").to_numpy(zero_copy_only=False)
-    kind = np.where(np.isin(kind, [bytes([c]) for c in b'"{[tfn']), kind, b"0")  # 0: number
+    path = changed.group(1).split("/")
+    if path[-1] == "[]":  # a list's elements changed type: no key to split by
+      return None
+    key = '"' + re.escape(path[-1]) + r'"\s*:\s*'
+    if len(path) == 1:  # a top-level key: the kind of its first value in the line
+      value = pc.extract_regex(firsts.take(pa.array(at)), key + r"(?P<c>.)")
+      kind = pc.fill_null(pc.struct_field(value, [0]), b"n").to_numpy(zero_copy_only=False)
+      kind = np.where(np.isin(kind, [bytes([c]) for c in b'"{[tfn']), kind, b"0")  # 0: number
+    else:  # a nested one (a payload's instances): the one kind of all its values in the line
+      kind = _nested_kinds(firsts.take(pa.array(at)), key)
+      if kind is None:
+        return None
     parts = [at[kind == k] for k in sorted(set(kind.tolist()) - {b"n"})]
     if len(parts) < 2:
       return None
@@ -191,6 +195,22 @@ class JsonReader:
         return None
       pieces += got
     return pieces
+
+
+# The JSON kinds a value can start with (booleans one kind, numbers by their first character).
+_KIND_STARTS = ((b'"', '"'), (b"{", r"\{"), (b"[", r"\["), (b"t", "[tf]"), (b"0", "[-0-9]"))
+
+
+def _nested_kinds(lines, key):
+  """bytes[n]: the one JSON kind of every value of `key` (a regex of the quoted key and its
+  colon) in each line, b"n" where it has none but nulls; None when a line holds two kinds."""
+  kind = np.full(len(lines), b"n", dtype=object)
+  seen = np.zeros(len(lines), dtype=np.int64)
+  for k, start in _KIND_STARTS:
+    has = pc.fill_null(pc.count_substring_regex(lines, key + start), 0).to_numpy(
+        zero_copy_only=False) > 0
+    kind[has], seen = k, seen + has
+  return None if (seen > 1).any() else kind.astype(bytes)
 
 
 def _texts(lines, at):

@@ -252,9 +252,7 @@ class _Reader:
 
   def __init__(self, path, names, file_index, opts):
     self.path, self.names, self.file_index, self.opts = path, names, file_index, opts
-    # each keeps its own hint; a line is rendered from its own keys only where it may hold
-    # several records (a record path or a preset's payloads)
-    self.lines = JsonReader(own_keys=bool(opts.preset or opts.record_path))
+    self.lines = JsonReader()  # each keeps its own hint
     self.payloads = JsonReader()
 
   def block(self, block, starts, ends, lines, clean):
