@@ -159,8 +159,9 @@ class JsonReader:
 
   def _by_kinds(self, firsts, at, longest, why, depth=0):
     """[(positions, StructArray)] of the lines `at` read by the reader in parts: split each
-    time it refuses a part for a top-level key whose JSON type changes (12 here, "12" there),
-    by the first character of that key's value in each line (firsts: each line and the blank
+    time it refuses a part for a key whose JSON type changes (12 here, "12" there), by the
+    first character of that key's value in each line (a top-level key), or the one kind of all
+    its values in the line (a nested key: _nested_kinds) (firsts: each line and the blank
     lines after it, a LargeBinaryArray; why: the reader's refusal of the lines `at`); a line
     where the value is null or absent joins the first part. None when a refusal is anything
     else, a part does not split, or after 8 splits. No line is parsed or joined in Python:
