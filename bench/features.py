@@ -27,10 +27,12 @@ the five run N times, alternating, and the three overall overheads are also prin
 
   python bench/features.py --memory 1000000,8000000
 
-Memory: for each row count, (1w) bare TFT writing its output -- the baseline -- and (2)
-pipelines.features (the default local runner, DirectRunner in memory), each in its own process;
-prints each one's peak RSS (its process and children, ru_maxrss) and, per contender, the peak
-at the largest count over the peak at the smallest (target: (2) <= 1.2x, issue 35).
+Memory: for each row count, (1w) bare TFT writing its output -- the baseline -- (2)
+pipelines.features (the default local runner, DirectRunner in memory) and (2b) the same with
+--bounded_memory --log_buckets 128 (the shards read again for the transform; buckets small at
+every count), each in its own process; prints each one's peak RSS (its process and children,
+ru_maxrss) and, per contender, the peak at the largest count over the peak at the smallest
+(target: (2b) <= 1.2x, issue 35).
 """
 import argparse
 import os
@@ -140,7 +142,10 @@ def memory(counts):
           "(1w) bare TFT writing its output": peak_rss([py, "-c", BARE, data,
                                                        os.path.join(d, "written"), "write"]),
           "(2) pipelines.features": peak_rss([py, "-m", "pipelines.features", "--output_dir",
-                                              os.path.join(d, "features")] + job)}
+                                              os.path.join(d, "features")] + job),
+          "(2b) features --bounded_memory": peak_rss(
+              [py, "-m", "pipelines.features", "--output_dir", os.path.join(d, "bounded"),
+               "--bounded_memory", "--log_buckets", "128"] + job)}
     for label, (peak, wall) in peaks[rows].items():
       print(f"rows {rows:>10,}  {label + ':':36s} peak RSS {peak / 2**30:6.2f} GiB  "
             f"({wall:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)
@@ -148,7 +153,8 @@ def memory(counts):
   for label in peaks[lo]:
     ratio = peaks[hi][label][0] / peaks[lo][label][0]
     print(f"{label}: peak at {hi:,} / peak at {lo:,} rows = {ratio:.2f}" +
-          (f"  (target <= 1.2: {'met' if ratio <= 1.2 else 'not met'})" if "(2)" in label else ""))
+          (f"  (target <= 1.2: {'met' if ratio <= 1.2 else 'not met'})" if "(2b)" in label
+           else ""))
 
 
 def main():
@@ -156,7 +162,7 @@ def main():
   ap.add_argument("--rows", type=int, default=1_000_000)
   ap.add_argument("--repeat", type=int, default=1)
   ap.add_argument("--memory", default="", help="row counts, e.g. 1000000,8000000: peak RSS "
-                  "of (1w) and (2) at each")
+                  "of (1w), (2) and (2b) at each")
   args = ap.parse_args()
   if args.memory:
     return memory(sorted(int(n) for n in args.memory.split(",")))

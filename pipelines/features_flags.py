@@ -31,6 +31,13 @@ class FeaturesOptions(PipelineOptions):
                         help="Transform with this TF Transform output folder (a features run's "
                              "OUTPUT/transform_fn, or any TFT job's) instead of analysing the "
                              "input: production's artifacts over offline data.")
+    parser.add_argument("--bounded_memory", action="store_true",
+                        help="Read the dataset twice, once for TF Transform's analysis and once "
+                             "for the transform and the feature log, so that no runner holds the "
+                             "whole input while the analysis runs: a local run's memory stays "
+                             "flat as the data grows (with --log_buckets growing with it). Same "
+                             "output bytes; the stages before TFT run twice "
+                             "(docs/features.md, \"Memory\").")
     parser.add_argument("--pii_columns", default="",
                         help="Comma-separated log columns written as HMAC-SHA256 hex, as the "
                              "production logger writes them: 'key' and/or transformed feature "

@@ -68,6 +68,7 @@ class FeaturesPlan:
   retyped: dict = dataclasses.field(default_factory=dict)
   # Whether the dataset's canonical event time is rewritten in the module's form (event_plan).
   event_in_module_form: bool = False
+  bounded_memory: bool = False  # --bounded_memory: the shards read again for the transform
 
 
 def _verified(input_dir, verifying):
@@ -103,6 +104,7 @@ def plan_features(opts, pool):
                       module=module, columns=tuple(columns), aggregates=tuple(aggregates),
                       manifest=manifest, log_buckets=opts.log_buckets,
                       event=event, event_in_module_form=convert,
+                      bounded_memory=bool(opts.bounded_memory),
                       transform_fn_dir=opts.transform_fn_dir or None,
                       side=side_of(manifest),
                       pii_rule=pii.Pii.parse(opts.pii_columns, opts.pii_key_env,
@@ -250,17 +252,22 @@ def build_pipeline(plan, options, temp_dir):
   windowed = (batches, count_batches) | "Window" >> WindowRecords(
       event, plan.aggregates, prof, event_format=event_format, event_zone=event_zone,
       logged={agg: column for column, agg in side["aggregates"].items()})
-  staged = (windowed["kept"]
-            | "ProgressWindow" >> Progress("features", "window")
-            | "Shard" >> ShardRecords(prof)
-            | "ProgressShard" >> Progress("features", "shard")
-            | "Serialize" >> SerializeRecords(value_columns, prof)
-            | "ProgressSerialize" >> Progress("features", "serialize")
-            | "LogHash" >> beam.Map(with_log_hash, pii=plan.pii_rule).with_output_types(
-                pa.RecordBatch))
+  # The progress counts are leaves beside the chain, so that a copy of the chain (below) does
+  # not count its records again.
+  shards = windowed["kept"] | "Shard" >> ShardRecords(prof)
+  serialized = shards | "Serialize" >> SerializeRecords(value_columns, prof)
+  for stage, records in (("window", windowed["kept"]), ("shard", shards),
+                         ("serialize", serialized)):
+    _ = records | f"Progress{stage.capitalize()}" >> Progress("features", stage)
+  staged = serialized | "LogHash" >> beam.Map(with_log_hash, pii=plan.pii_rule) \
+      .with_output_types(pa.RecordBatch)
   fn_dir = FileSystems.join(temp_dir, feature_log.TRANSFORM_FN_DIR)
+  # --bounded_memory: TFT's deep copy reads the shards again for the transform (every step up
+  # to the read is copied; side inputs are not), so no runner holds the whole input while the
+  # analysis runs; the copy's records are the same, and so are the outputs.
   with tft_beam.Context(temp_dir=FileSystems.join(temp_dir, "tft"),
-                        passthrough_keys=passthrough_keys(passthrough)):
+                        passthrough_keys=passthrough_keys(passthrough),
+                        use_deep_copy_optimization=plan.bounded_memory):
     if plan.transform_fn_dir:
       FileSystems.copy([plan.transform_fn_dir.rstrip("/") + "/"], [fn_dir + "/"])  # a tree
       transform = TransformRecords(None, value_columns, tft_schema, passthrough,

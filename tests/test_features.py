@@ -105,6 +105,24 @@ def test_identical_bytes_on_every_runner(taxi_features):
     assert metas[name]["analyze"] == metas["direct"]["analyze"]
 
 
+def test_bounded_memory_reads_twice_and_writes_the_same_bytes(taxi_features, taxi_runs,
+                                                              tmp_path, capsys):
+  """--bounded_memory (TFT's deep copy: the shards read again for the transform) writes the
+  default run's feature log, transformed files and analyze stage, and counts each stage's
+  records once."""
+  from tests.conftest import features
+  capsys.readouterr()
+  out = features(taxi_runs["direct"], tmp_path / "bounded", "--bounded_memory")
+  printed = capsys.readouterr().out
+  assert _file_hashes(out) == _file_hashes(taxi_features["direct"])
+  assert len(_file_hashes(out)) == 32
+  metas = [json.load(open(os.path.join(root, "run_metadata.json")))
+           for root in (out, taxi_features["direct"])]
+  assert metas[0]["log"] == metas[1]["log"] and metas[0]["analyze"] == metas[1]["analyze"]
+  assert "records per stage: window 15002, shard 15002, serialize 15002, transform 15002" \
+      in printed
+
+
 def test_analyze_stage_fingerprints_each_analyzer_output(taxi_features, taxi_runs):
   import pyarrow as pa
   import pyarrow.parquet as pq
