@@ -1,9 +1,10 @@
 """One transform_fn against serving logs whatever form their event time arrived in (ingest
 --event_time COLUMN=FORM[:ZONE], docs/features.md "Event time"): the taxi sample written with its
 event time as Parquet TIMESTAMPs of every unit (UTC, a zone, none), ISO-8601 text in three zones,
-naive text in a zone and epoch milliseconds, each ingested as production's log. Each dataset is
-the offline one record for record (content digest: raw and parse fingerprints, stored values),
-and two are replayed with the offline run's transform_fn to no divergence, exit 0."""
+naive text in a zone, a DATE and a time of day, and epoch milliseconds, each ingested as
+production's log. Each dataset is the offline one record for record (content digest: raw and
+parse fingerprints, stored values), and each is replayed with the offline run's transform_fn to
+no divergence, exit 0; a module taking ISO text is handed its own form from any of them."""
 import csv
 import datetime
 import glob
@@ -125,9 +126,12 @@ def test_every_event_time_form_ingests_to_the_offline_records(logs, taxi_runs, n
   assert m.get("side_columns", {}).get("context") == ({p: p for p in parts} if parts else None)
 
 
-def test_a_timestamp_log_replays_with_the_offline_transform_fn(logs, taxi_features, tmp_path):
+@pytest.mark.parametrize("name", FORMS)
+def test_every_form_replays_with_the_offline_transform_fn(logs, taxi_features, tmp_path, name):
+  """Production's log in each form, through the features job with the offline run's
+  transform_fn, diffed against the offline run: every record identical, exit 0."""
   offline = taxi_features["direct"]
-  production = features(logs["timestamp_ms"][0], tmp_path / "prod", "--transform_fn_dir",
+  production = features(logs[name][0], tmp_path / "prod", "--transform_fn_dir",
                         os.path.join(offline, "transform_fn"))
   code = diff.run(["--offline", offline, "--production", production,
                    "--output_dir", str(tmp_path / "diff")])
@@ -180,18 +184,6 @@ def test_a_module_taking_iso_text_is_handed_its_form_from_any_dataset(logs, tmp_
   want = [datetime.datetime.fromtimestamp(t, chicago).hour
           for t in log.column("event_time").to_pylist()]
   assert log.column("value__local_hour").to_pylist() == want and len(set(want)) == 24
-
-
-def test_a_composed_event_time_replays_with_the_offline_transform_fn(logs, taxi_features,
-                                                                    tmp_path):
-  offline = taxi_features["direct"]
-  production = features(logs["date_and_time"][0], tmp_path / "prod", "--transform_fn_dir",
-                        os.path.join(offline, "transform_fn"))
-  code = diff.run(["--offline", offline, "--production", production,
-                   "--output_dir", str(tmp_path / "diff")])
-  with open(tmp_path / "diff" / "report.json", encoding="utf-8") as f:
-    records = json.load(f)["records"]
-  assert code == 0 and records["divergent"] == 0 and records["identical"] == 15002
 
 
 def test_an_event_time_that_is_no_instant_is_rejected_with_its_reason(tmp_path):
