@@ -100,7 +100,8 @@ class IngestOptions(PipelineOptions):
                              "in ZONE, default UTC) or timestamp (a Parquet TIMESTAMP or DATE); "
                              "or COLUMN=DATE+TIME[:ZONE], composed from a date and a time of day. "
                              "Stored as the canonical event time, INT Unix seconds "
-                             "(docs/features.md, \"Event time\").")
+                             "(docs/formats.md, \"Event time in the form serving wrote "
+                             "it\").")
     parser.add_argument("--num_shards", type=int, default=0,
                         help="Shards per format; 0 = one per 16 MiB of input.")
     parser.add_argument("--formats", default="tfrecord,parquet",

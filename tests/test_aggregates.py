@@ -195,7 +195,7 @@ def test_a_profile_override_changes_one_aggregate_window_and_names_it():
     window.resolve(JOB_AGGREGATES, profiles.parse_profile(dict(yaml.safe_load(open(
         os.path.join(ROOT, "profiles", "offline.yaml"), encoding="utf-8")),
         aggregate_windows={"nope": {"offset_seconds": 1}})))
-  with pytest.raises(ValueError, match=r"aggregate_windows.area_trips: offset_seconds must be "
+  with pytest.raises(ValueError, match=r"aggregate_windows.area_trips.offset_seconds must be "
                                        r"< period_seconds"):
     window.resolve(JOB_AGGREGATES, profiles.parse_profile(dict(yaml.safe_load(open(
         os.path.join(ROOT, "profiles", "offline.yaml"), encoding="utf-8")),

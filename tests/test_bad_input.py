@@ -231,7 +231,7 @@ CASES = [
      "aggregate_windows names no_such, which the module does not compute"),
     ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile",
                   "{unfit_aggregate_window_yaml}"],
-     "aggregate_windows.area_trips_in_window: offset_seconds must be < period_seconds"),
+     "aggregate_windows.area_trips_in_window.offset_seconds must be < period_seconds"),
     ("features", ["--input_dir", "{damaged_manifest}", "--output_dir", "{out}", "--profile",
                   PROFILE], "manifest.json"),
     ("features", ["--input_dir", "{dataset}", "--output_dir", "{out}", "--profile", PROFILE,

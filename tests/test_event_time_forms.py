@@ -10,15 +10,17 @@ import datetime
 import glob
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from replay.diff import job as diff
-from tests.conftest import features, ingest
+from tests.conftest import ROOT, features, ingest
 
 EVENT = "trip_start_timestamp"
+ROOT_DATA = os.path.join(ROOT, "data", "chicago_taxi")
 ZONES = ("Z", "+05:30", "-06:00")
 
 
@@ -234,3 +236,72 @@ def test_a_date_and_a_time_compose_the_event_time_in_their_zone(tmp_path):
   assert at(3, 30) - at(1, 30) == 3600  # an hour apart on the clock's two-hour gap
   assert [c["name"] for c in m["schema"]["columns"]] == ["id", "day", "at", "x", "when"]
   assert m["side_columns"]["context"] == {"at": "at", "day": "day"}
+
+
+@pytest.mark.parametrize("form, zone", [("seconds", "UTC"), ("timestamp", "UTC"), ("ms", "UTC"),
+                                        ("us", "UTC"), ("ns", "UTC"),
+                                        ("iso8601", "America/Chicago"), ("iso8601", "UTC")])
+def test_the_module_is_handed_its_own_form_and_reads_back_the_same_instant(form, zone):
+  """module_form: Unix seconds (nulls kept) in the form a module declares; the window stage
+  reading that form (to_seconds) gets the same seconds back."""
+  from transforms.spec import event_time
+  seconds = pa.array([1352113200, None, 1400269500, 86400 * 365 * 2], pa.int64())
+  handed = event_time.module_form(seconds, form, zone)
+  want = {"ms": 10 ** 3, "us": 10 ** 6, "ns": 10 ** 9}
+  if form in want:
+    assert handed.to_pylist() == [None if s is None else s * want[form]
+                                  for s in seconds.to_pylist()]
+  if form == "iso8601":  # the wall-clock text in the zone, with its offset
+    import zoneinfo
+    when = datetime.datetime.fromtimestamp(1352113200, zoneinfo.ZoneInfo(zone))
+    assert handed[0].as_py() == when.strftime("%Y-%m-%dT%H:%M:%S%z")
+  read = "seconds" if form == "timestamp" else form
+  back, has, bad = event_time.to_seconds(handed, read, zone)
+  assert has.tolist() == [True, False, True, True] and not bad.any()
+  assert [int(b) if h else None for b, h in zip(back, has)] == seconds.to_pylist()
+
+
+def _taxi_with_ts(tmp_path):
+  """The taxi CSV with a copy of its event time as column ts."""
+  with open(os.path.join(ROOT_DATA, "data.csv"), newline="", encoding="utf-8") as f:
+    rows = list(csv.reader(f))
+  i = rows[0].index(EVENT)
+  path = tmp_path / "taxi_ts.csv"
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    w = csv.writer(f, lineterminator="\n")
+    for n, row in enumerate(rows):
+      w.writerow(row + ["ts" if n == 0 else row[i]])
+  return str(path)
+
+
+@pytest.mark.parametrize("flag, extra, message", [
+    ("ts=seconds", ["--key_columns", "ts"], None),  # a key may be the event time itself
+    ("trip_start_timestamp=trip_start_month+ts", [],
+     "'trip_start_timestamp' is a column of the input"),
+    ("when=ts+trip_start_hour", ["--key_columns", "ts"], "--event_time column 'ts' cannot be a key"),
+    ("when=ts+trip_start_hour+x", [], "wants COLUMN=FORM[:ZONE] or COLUMN=DATE+TIME"),
+    ("company=iso8601", ["--schema", "SCHEMA"], "the types given make it BYTES"),
+])
+def test_event_time_flags_the_input_cannot_take_are_one_line_usage_errors(tmp_path, flag, extra,
+                                                                           message):
+  from pipelines import common
+  from pipelines import ingest as ingest_job
+  from tests.conftest import TAXI_SCHEMA
+  argv = ["--input", _taxi_with_ts(tmp_path), "--output_dir", str(tmp_path / "out"),
+          "--event_time", flag] + [TAXI_SCHEMA if a == "SCHEMA" else a for a in extra]
+  if message is None:
+    assert ingest_job.run(argv + ["--max_rejected_fraction", "1"]) == 0
+    return
+  with pytest.raises(common.UsageError, match=re.escape(message)):
+    ingest_job.run(argv)
+  assert not os.path.exists(tmp_path / "out" / "manifest.json")
+
+
+def test_a_module_whose_event_column_is_not_the_recorded_one_is_refused(tmp_path):
+  from pipelines import common
+  data = ingest(tmp_path / "ds", "--event_time", "ts=seconds", inputs=_taxi_with_ts(tmp_path))
+  with pytest.raises(common.UsageError, match=r"the dataset's event time is column 'ts' \(ingest "
+                                              r"--event_time\), transforms.taxi's "
+                                              r"EVENT_TIME_COLUMN is 'trip_start_timestamp'"):
+    features(data, tmp_path / "f")
+  assert not os.path.exists(tmp_path / "f" / "run_metadata.json")

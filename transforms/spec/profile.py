@@ -136,12 +136,12 @@ def parse_window(doc, where, base=None):
     w["period_seconds"] = size  # a fixed window's period is its size
   period = _int(where, "period_seconds", w.get("period_seconds"), 1)
   if kind == "fixed" and period != size:
-    raise ProfileError(f"{where}: period_seconds must equal size_seconds for fixed windows")
+    raise ProfileError(f"{where}.period_seconds must equal size_seconds for fixed windows")
   if kind == "sliding" and size % period:
-    raise ProfileError(f"{where}: size_seconds must be a multiple of period_seconds")
+    raise ProfileError(f"{where}.size_seconds must be a multiple of period_seconds")
   offset = _int(where, "offset_seconds", w["offset_seconds"], 0)
   if offset >= period:
-    raise ProfileError(f"{where}: offset_seconds must be < period_seconds")
+    raise ProfileError(f"{where}.offset_seconds must be < period_seconds")
   zone = w["zone"]
   if zone is not None:
     from transforms.spec import event_time  # pyarrow: only a zoned window pays for it here
@@ -195,16 +195,8 @@ def parse_profile(doc):
     if extra:
       raise ProfileError(f"{section}: unknown field(s) {', '.join(map(str, extra))}")
   w, sh, se, sa = (doc[s] for s in _SECTIONS)
-  window_type = _choice("windowing", "type", w["type"], ("fixed", "sliding"))
-  size = _int("windowing", "size_seconds", w["size_seconds"], 1)
-  period = _int("windowing", "period_seconds", w["period_seconds"], 1)
-  if window_type == "fixed" and period != size:
-    raise ProfileError("windowing.period_seconds must equal size_seconds for fixed windows")
-  if window_type == "sliding" and size % period:
-    raise ProfileError("windowing.size_seconds must be a multiple of period_seconds")
-  offset = _int("windowing", "offset_seconds", w["offset_seconds"], 0)
-  if offset >= period:
-    raise ProfileError("windowing.offset_seconds must be < period_seconds")
+  own = parse_window({k: v for k, v in w.items() if k != "allowed_lateness_seconds"},
+                     "windowing")  # one window rule for the profile's and an aggregate's
   lateness = _int("windowing", "allowed_lateness_seconds", w["allowed_lateness_seconds"], 0,
                   nullable=True)
   fraction = sa["fraction"]
@@ -215,7 +207,8 @@ def parse_profile(doc):
     raise ProfileError("serialization: tfrecord (tf.Example) holds float32 only; "
                        "use float_dtype float32 or format parquet")
   return Profile(
-      window_type=window_type, window_size=size, window_period=period, window_offset=offset,
+      window_type=own["type"], window_size=own["size_seconds"],
+      window_period=own["period_seconds"], window_offset=own["offset_seconds"],
       allowed_lateness=lateness,
       num_shards=_int("sharding", "num_shards", sh["num_shards"], 1, maximum=MAX_SHARDS),
       hash_seed=_int("sharding", "hash_seed", sh["hash_seed"], 0, maximum=MAX_SEED),

@@ -29,12 +29,11 @@ def type_batch(batch, columns, paths, required=(), side=(), event=None):
   """
   n = batch.num_rows
   typed, bad_by_column = [], []
-  sources = {}  # {column: its source array} where it is not the batch's own column
+  source = None  # the event time's source cells (composed from two columns, or its own)
   if event:
     column, form, _, parts = event
-    if parts:  # a date and a time of day: ISO-8601 text in the zone
-      sources[column] = event_time.composed_text(batch.column(parts[0]), batch.column(parts[1]))
-    source = sources[column] if parts else batch.column(column)
+    source = event_time.composed_text(batch.column(parts[0]), batch.column(parts[1])) \
+        if parts else batch.column(column)  # a date and a time of day: ISO-8601 in the zone
     not_instant = event_time.NOT_INSTANT.format(form=form, low=event_time.PLAUSIBLE_YEARS[0],
                                                 high=event_time.PLAUSIBLE_YEARS[1])
   # Each cell's canonical text (spec/values.py), once: the raw fingerprint and typing read it.
@@ -64,7 +63,7 @@ def type_batch(batch, columns, paths, required=(), side=(), event=None):
     raw = batch.column(csv_records.RAW_COLUMN)
     reasons = {}
     for name, typ, bad in bad_by_column:  # per-row work only for rejected rows
-      col = sources[name] if name in sources else batch.column(name)
+      col = source if event and name == event[0] else batch.column(name)
       for i in bad:
         reasons.setdefault(int(i), []).append(
             PARSE.reason("key_missing", name=name) if typ is None else
@@ -114,7 +113,8 @@ class TypeRows(beam.PTransform):
 
   `columns` is [(name, type)] or a singleton PCollection of it (inferred types); rows
   missing a `required` (key) column are rejected; `side` columns are typed but outside the raw
-  fingerprint; `event` (column, form, zone): the event-time column, as type_batch reads it.
+  fingerprint; `event` (column, form, zone, parts): the event-time column, as type_batch reads
+  it.
   """
 
   def __init__(self, columns, paths, required=(), side=(), event=None):
