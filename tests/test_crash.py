@@ -8,7 +8,9 @@ never interrupted (the manifest's content digest; the feature log's digests). Th
 logger killed between flushes: its folder verifies as it is, every flushed record is in it,
 and a new logger resumes it.
 """
+import contextlib
 import glob
+import io
 import json
 import os
 import signal
@@ -46,8 +48,22 @@ def _kill_when(cmd, ready, delay):
 
 
 def _verify(folder):
-  return subprocess.run([PY, "-m", "replay.verify_log", folder], cwd=ROOT, capture_output=True,
-                        text=True, timeout=300)
+  """`skewtrace verify FOLDER` as its command runs it (common.main_wrapper), in this process: a
+  process of its own would add Beam's import (about 4 s) to each of these checks; the command's
+  own process and exit code are tests/test_cli.py's. A CompletedProcess."""
+  from pipelines import common
+  from replay import verify_log
+  out, err, argv = io.StringIO(), io.StringIO(), sys.argv
+  sys.argv = ["verify", folder]
+  try:
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      common.main_wrapper(verify_log.run)
+    code = 0
+  except SystemExit as e:
+    code = e.code
+  finally:
+    sys.argv = argv
+  return subprocess.CompletedProcess(["verify", folder], code, out.getvalue(), err.getvalue())
 
 
 # What a run moves into place before it writes its marker (the commit point, docs/formats.md

@@ -151,14 +151,23 @@ def keyed(tmp_path_factory):
 
 
 def _run(keyed, name, profile=None, data=None, *args):
+  """A production run that analyses its own input (the analysis is part of the fault)."""
   d = keyed["dir"]
   return features(data or keyed["ingest"], d / name, *args,
                   profile=profile or os.path.join(ROOT, "profiles", "offline.yaml"))
 
 
+def _serve(keyed, name, profile=None, data=None, offline="offline"):
+  """A production run as serving makes one: transformed with the offline side's transform_fn
+  (keyed[offline]), not analysed (docs/features.md, "Replaying a transform_fn")."""
+  return _run(keyed, name, profile, data, "--transform_fn_dir",
+              os.path.join(keyed[offline], "transform_fn"))
+
+
 # --------------------------------------------------------------------------- the catalogue
 def test_01_window_offset_changed_is_attributed_to_window(keyed):
-  prod = _run(keyed, "p_window", _profile(keyed["dir"], "offset", windowing__offset_seconds=1800))
+  prod = _serve(keyed, "p_window",
+                _profile(keyed["dir"], "offset", windowing__offset_seconds=1800))
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_window")
   # Every window start moves by half an hour: every record parts at the window stage; those
   # whose window count (so their features) changed reach the model, the rest are latent.
@@ -181,7 +190,7 @@ def test_01b_window_offset_that_changes_no_count_is_latent_at_window(keyed):
   with open(os.path.join(ROOT, "profiles", "offline.yaml")) as f:
     size = yaml.safe_load(f)["windowing"]["size_seconds"]
   assert size % 900 == 0
-  prod = _run(keyed, "p_window_latent",
+  prod = _serve(keyed, "p_window_latent",
               _profile(keyed["dir"], "offset_latent", windowing__offset_seconds=size - 60))
   assert int(_reaches_model(keyed["offline"], prod, exact=True).sum()) == 0
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_window_latent")
@@ -203,7 +212,7 @@ def test_02_shorter_allowed_lateness_drops_late_records_on_one_side(keyed):
   lateness = int(watermark - np.quantile(end, 0.2))
   late = int(np.count_nonzero(end + lateness <= watermark))
   assert 0 < late < TOTAL
-  prod = _run(keyed, "p_late", _profile(keyed["dir"], "late",
+  prod = _serve(keyed, "p_late", _profile(keyed["dir"], "late",
                                         windowing__allowed_lateness_seconds=lateness))
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_late")
   assert code == 1
@@ -211,7 +220,11 @@ def test_02_shorter_allowed_lateness_drops_late_records_on_one_side(keyed):
   assert r["one_side_only"]["offline"] == {"window": late}
   assert r["records"]["production_only"] == 0
   assert r["records"]["matched_keys"] == TOTAL - late
-  # The kept records' windows and counts are unchanged (late windows go whole).
+  # The kept records' windows and counts are unchanged (late windows go whole), and serving
+  # transforms them with the offline transform_fn: nothing of theirs differs beyond float noise
+  # (TensorFlow may round a value one ulp apart in another batch).
+  assert r["records"]["identical"] + r["records"]["noise"] == TOTAL - late
+  assert r["records"]["latent"] == r["records"]["divergent"] == 0
   assert _stages_before(r, "analyze") == {s: 0 for s in ("raw", "parse", "window", "shard",
                                                          "serialize")}
   assert "windowing.allowed_lateness_seconds" in _causes(r, "window")
@@ -230,7 +243,7 @@ def _shard_moved(keyed, seed):
 def test_03_shard_hash_seed_changed_is_attributed_to_shard(keyed):
   moved = len(_shard_moved(keyed, 7))
   assert 0 < moved < TOTAL
-  prod = _run(keyed, "p_shard", _profile(keyed["dir"], "seed", sharding__hash_seed=7))
+  prod = _serve(keyed, "p_shard", _profile(keyed["dir"], "seed", sharding__hash_seed=7))
   code, r = _diff(keyed["offline"], prod, keyed["dir"] / "d_shard")
   assert r["first_divergent_stage"]["shard"] == moved
   model = int(_reaches_model(keyed["offline"], prod).sum())
@@ -255,9 +268,10 @@ def test_04_float32_serialization_in_production_is_attributed_to_serialize(keyed
   _, changed = _float32_changed(keyed)
   n = int(changed.sum())
   assert 0 < n < TOTAL
-  prod = _run(keyed, "p_f32", _profile(keyed["dir"], "f32", base="offline.yaml",
-                                       serialization__format="parquet",
-                                       serialization__float_dtype="float32"))
+  prod = _serve(keyed, "p_f32", _profile(keyed["dir"], "f32", base="offline.yaml",
+                                         serialization__format="parquet",
+                                         serialization__float_dtype="float32"),
+                offline="offline64")
   code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_f32")
   # What the model receives differs only where the float32 value changed a transformed one
   # beyond float noise: the rest are latent, and fail the run only with --fail_on latent.
@@ -377,7 +391,7 @@ def test_08_raw_values_changed_upstream_are_attributed_to_raw(keyed):
   csv_path = _write_csv(d / "taxi_raw.csv", edit)
   data = ingest(d / "ingest_raw", "--num_shards", "4", "--schema", TAXI_SCHEMA,
                 "--key_columns", "trip_id", inputs=csv_path)
-  prod = _run(keyed, "p_raw", None, data)
+  prod = _serve(keyed, "p_raw", None, data)
   code, r = _diff(keyed["offline"], prod, d / "d_raw")
   assert code == 1
   assert r["records"]["matched_keys"] == TOTAL
@@ -386,8 +400,7 @@ def test_08_raw_values_changed_upstream_are_attributed_to_raw(keyed):
   # Over the differing buckets, fare is the one input column that differs, in those records.
   assert r["input_differences"]["columns"] == {"fare": len(changed)}
   # The samples at raw show the input on both sides, read from each side's dataset: fare, and
-  # only fare, differs, by the 1.00 added here. (The other records part at analyze: the fares
-  # moved the analyzers.)
+  # only fare, differs, by the 1.00 added here.
   _, r = _diff(keyed["offline"], prod, d / "d_raw_samples", "--samples", "1000")
   with open(keyed["csv"], newline="") as f:
     fares = {row["trip_id"]: row["fare"] for row in csv.DictReader(f)}
@@ -430,10 +443,10 @@ def test_08b_event_time_an_hour_off_in_serving_is_raw_with_both_times_shown(keye
 
   data = ingest(d / "ingest_local_time", "--num_shards", "4", "--schema", TAXI_SCHEMA,
                 "--key_columns", "trip_id", inputs=_write_csv(d / "taxi_local_time.csv", edit))
-  prod = _run(keyed, "p_local_time", None, data)
+  prod = _serve(keyed, "p_local_time", None, data)
   code, r = _diff(keyed["offline"], prod, d / "d_local_time", "--samples", "1000")
   assert code == 1
-  # (Other records follow: the windows' counts and the analyzers moved with the event times.)
+  # (Other records follow: the windows' counts moved with the event times.)
   assert r["first_divergent_stage"]["raw"] == len(changed)
   assert r["input_differences"]["columns"] == {"trip_start_timestamp": len(changed)}
   samples = [s for k in ("divergent", "latent") for s in r["samples"][k]
@@ -554,7 +567,7 @@ def test_08d_a_source_format_is_a_cause_only_for_the_records_it_can_explain(keye
   assert blank and tenfold
   data = ingest(d / "ingest_jsonl", "--num_shards", "4", "--schema", TAXI_SCHEMA,
                 "--key_columns", "trip_id", inputs=jsonl(d / "edited.jsonl", edit))
-  _, r = _diff(keyed["offline"], _run(keyed, "p_jsonl", None, data), d / "d_jsonl")
+  _, r = _diff(keyed["offline"], _serve(keyed, "p_jsonl", None, data), d / "d_jsonl")
   assert r["first_divergent_stage"]["raw"] > blank  # the fares part at raw too
   cause = [c for c in r["suspected_causes"] if c["field"] == "source.format"]
   assert [(c["stage"], c["offline"], c["production"], c["records"]) for c in cause] == [
@@ -592,9 +605,10 @@ def test_11_two_faults_at_once_are_attributed_to_the_earlier_stage(keyed):
   keys, f32 = _float32_changed(keyed)
   moved_keys = _shard_moved(keyed, 7)
   moved = np.array([k in moved_keys for k in keys.tolist()])
-  prod = _run(keyed, "p_two", _profile(keyed["dir"], "two", sharding__hash_seed=7,
-                                       serialization__format="parquet",
-                                       serialization__float_dtype="float32"))
+  prod = _serve(keyed, "p_two", _profile(keyed["dir"], "two", sharding__hash_seed=7,
+                                         serialization__format="parquet",
+                                         serialization__float_dtype="float32"),
+                offline="offline64")
   code, r = _diff(keyed["offline64"], prod, keyed["dir"] / "d_two", "--fail_on", "latent")
   assert code == 1
   model = int(_reaches_model(keyed["offline64"], prod).sum())
