@@ -213,6 +213,7 @@ _INTS = st.one_of(st.none(), st.integers(-5, 5))
 _FLOAT_GROUPS = st.one_of(st.none(), st.sampled_from([0.0, -0.0, 2.5, float("nan")]))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_every_fn_equals_pandas_and_merges_alike_on_generated_records(data):
@@ -413,6 +414,7 @@ def _log(root):
   return table.take(pa.compute.sort_indices(table, [("key", "ascending")]))
 
 
+@pytest.mark.slow
 def test_the_job_logs_every_aggregate_as_pandas_computes_it(runs):
   df = pd.read_csv(runs["csv"])
   with open(os.path.join(ROOT, "profiles", "offline.yaml"), encoding="utf-8") as f:
@@ -429,6 +431,7 @@ def test_the_job_logs_every_aggregate_as_pandas_computes_it(runs):
     assert_same(agg, got.to_numpy(zero_copy_only=False), expected(df, agg, TIME, *window_))
 
 
+@pytest.mark.slow
 def test_the_run_records_each_aggregate_and_the_module_source_digest(runs):
   import hashlib
   import json
@@ -446,6 +449,7 @@ def test_the_run_records_each_aggregate_and_the_module_source_digest(runs):
       for a in AGGREGATES]
 
 
+@pytest.mark.slow
 def test_the_logger_given_the_online_values_logs_what_the_job_logs(runs):
   from replay import api
   off, pro = _log(runs["offline"]), _log(runs["production"])
@@ -460,6 +464,7 @@ def test_the_logger_given_the_online_values_logs_what_the_job_logs(runs):
   assert report.to_dict()["records"]["divergent"] == 0
 
 
+@pytest.mark.slow
 def test_one_aggregate_window_shifted_parts_at_window_for_the_records_it_changes(runs):
   """Production counts area_trips in its 2-hour window offset by 45 min, not 30: the records
   whose area_trips changes (pandas, both offsets) part at window, every other is identical, and
@@ -484,6 +489,7 @@ def test_one_aggregate_window_shifted_parts_at_window_for_the_records_it_changes
   assert not [c for c in causes if c[1].startswith("aggregates.") and "area_trips" not in c[1]]
 
 
+@pytest.mark.slow
 def test_a_wrong_online_mean_parts_at_window_for_exactly_those_records(runs):
   from replay import api
   report = api.diff(runs["offline"], runs["wrong"],
@@ -497,6 +503,7 @@ def test_a_wrong_online_mean_parts_at_window_for_exactly_those_records(runs):
   assert wrong == pytest.approx(off + 0.25, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_mean_one_ulp_off_is_window_noise_and_a_count_one_off_is_not(runs):
   """The window fingerprint differs for every changed record; where only the mean moved (by
   float noise) the record is noise with its reason and values, where a count moved too it is
@@ -526,6 +533,7 @@ def test_a_mean_one_ulp_off_is_window_noise_and_a_count_one_off_is_not(runs):
   assert exact["records"]["latent"] == noisy and exact["records"]["divergent"] == counted
 
 
+@pytest.mark.slow
 def test_online_aggregates_logged_beside_the_records_diff_clean_with_a_schema(runs, tmp_path):
   """A serving log (JSON Lines) holding each record with its online store's mean and count,
   ingested with the offline schema (which does not type the side columns) and transformed with

@@ -11,6 +11,7 @@ from replay.diff import job as diff
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
 
 
+@pytest.mark.slow
 def test_diff_returns_the_report_the_command_writes(taxi_features, tmp_path, capsys):
   offline, production = taxi_features["direct"], taxi_features["multi_processing"]
   code = diff.run(["--offline", offline, "--production", production, "--output_dir",
@@ -51,6 +52,7 @@ def test_diff_takes_per_feature_tolerances(taxi_features, tmp_path):
              tolerance={"no_such_feature": (1, 0)})
 
 
+@pytest.mark.slow
 def test_ingest_and_features_return_their_manifest_and_metadata(tmp_path):
   manifest = api.ingest(TAXI_CSV, str(tmp_path / "ingest"), schema=TAXI_SCHEMA, num_shards=2)
   with open(tmp_path / "ingest" / "manifest.json") as f:
@@ -66,6 +68,7 @@ def test_ingest_and_features_return_their_manifest_and_metadata(tmp_path):
   assert meta["log"]["num_buckets"] == 4
 
 
+@pytest.mark.slow
 def test_a_feature_module_given_by_its_file_path(taxi_runs, taxi_features, tmp_path):
   """--transform_module takes a .py path as well as a module name: the same features, and the
   run metadata records the file's absolute path."""
@@ -97,6 +100,7 @@ api.diff(offline, offline, out)
 """
 
 
+@pytest.mark.slow
 def test_the_logger_and_the_api_write_nothing_to_stderr(taxi_features, tmp_path):
   """A library is quiet: TensorFlow's native start-up lines (cuInit, oneDNN, cudart) never reach
   the stderr of a process that logs and diffs through the library (a fresh one, where they would

@@ -539,6 +539,7 @@ def test_a_module_still_importing_is_named_on_stderr(files, tmp_path, capsys, mo
                  "code is running)\n"), err
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_leaves_nothing(files, tmp_path, capsys, monkeypatch):
   """Ingest, features and the diff writing to a disk that fills up: one line naming the folder,
   exit 2, and nothing left there (no temp folder, no lock, no half report). The disk is a 2 MiB

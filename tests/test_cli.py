@@ -193,6 +193,7 @@ def test_a_command_ends_with_its_code_after_its_exit_handlers_and_output():
                                           "exit handler ran"], result.stdout
 
 
+@pytest.mark.slow
 def test_verify_exits_0_every_time_it_runs_side_by_side(taxi_features):
   """A finished verify ended, now and then, in SIGABRT at teardown (Arrow's thread pools, 1 run
   in 40 under load): eight run at once on two cores, each must print intact and exit 0."""

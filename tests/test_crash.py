@@ -24,6 +24,8 @@ from tests import online_store
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
 from transforms.spec.lock import LOCK_FILE
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 PY = sys.executable
 PROFILE = os.path.join(ROOT, "profiles", "offline.yaml")
 

@@ -351,6 +351,7 @@ def test_a_byte_flipped_inside_a_page_that_still_decodes_fails_its_checksum(logs
   assert not (logs["dir"] / "flipped_out" / "report.json").exists()
 
 
+@pytest.mark.slow
 def test_reports_are_identical_bytes_on_multi_processing(logs, tolerant):
   out = logs["dir"] / "multi"
   code, r = _diff(logs["offline"], logs["production"], out, "--rel_tol", "1e-5",
@@ -576,6 +577,7 @@ def test_plan_names_analyze_only_when_the_analyzers_differ_but_their_definition_
   assert context.transform_stage == stage and not context.analyze_match
 
 
+@pytest.mark.slow
 def test_multi_processing_against_in_memory_features_is_not_divergent(taxi_features, tmp_path):
   """The same features job on another DirectRunner mode: whatever float order it took, at the
   defaults nothing is divergent or latent and the run passes; any record whose transform moved

@@ -19,6 +19,8 @@ import pytest
 from replay.diff import job as diff
 from tests.conftest import ROOT, features, ingest
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 EVENT = "trip_start_timestamp"
 ROOT_DATA = os.path.join(ROOT, "data", "chicago_taxi")
 ZONES = ("Z", "+05:30", "-06:00")

@@ -25,6 +25,8 @@ from tests import logfaults, online_store, taxi_model
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA, features, ingest
 from transforms.spec import fingerprint
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 TOTAL = 15002
 FLOAT_COLUMNS = ["fare", "trip_miles", "pickup_latitude", "pickup_longitude",
                  "dropoff_latitude", "dropoff_longitude", "tips"]

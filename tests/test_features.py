@@ -91,6 +91,7 @@ def test_run_metadata_carries_profile_versions_and_bucket_digests(taxi_features,
   assert summed == total
 
 
+@pytest.mark.slow
 def test_identical_bytes_on_every_runner(taxi_features):
   hashes = {name: _file_hashes(root) for name, root in taxi_features.items()}
   assert len(hashes["direct"]) == 32
@@ -105,6 +106,7 @@ def test_identical_bytes_on_every_runner(taxi_features):
     assert metas[name]["analyze"] == metas["direct"]["analyze"]
 
 
+@pytest.mark.slow
 def test_bounded_memory_reads_twice_and_writes_the_same_bytes(taxi_features, taxi_runs,
                                                               tmp_path, capsys):
   """--bounded_memory (TFT's deep copy: the shards read again for the transform) writes the
@@ -449,6 +451,7 @@ def test_tft_batches_carry_the_passthrough_columns_back():
   assert back.column("x").to_pylist() == [[1.5], None]
 
 
+@pytest.mark.slow
 def test_the_same_command_again_replaces_its_own_output(taxi_runs, taxi_features, tmp_path):
   """A run killed after publishing (or rerun nightly) leaves its complete output: the same
   command again replaces it, as ingest and diff do theirs; another run's output, or a killed

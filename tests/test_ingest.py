@@ -23,6 +23,7 @@ def shard_hashes(root):
   return m["content_digest"], {s["path"]: s["sha256"] for s in m["shards"]}
 
 
+@pytest.mark.slow
 def test_taxi_identical_bytes_on_every_runner(taxi_runs):
   results = {name: shard_hashes(root) for name, root in taxi_runs.items()}
   first = results["direct"]

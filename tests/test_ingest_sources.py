@@ -125,6 +125,7 @@ def test_every_shape_ingests_to_the_csv_datasets_fingerprints(shape, shapes, tax
   assert got["options"]["input_format"] == ("parquet" if shape == "parquet" else "jsonl")
 
 
+@pytest.mark.slow
 def test_jsonl_production_diffs_clean_and_a_key_sample_is_not_served(shapes, taxi_features,
                                                                      tmp_path):
   from replay.diff import job as diff
@@ -185,6 +186,7 @@ def test_envelope_columns_are_context_kept_and_never_transformed(shapes, taxi_ru
   assert code == 0 and report["records"]["divergent"] == 0 == report["records"]["latent"]
 
 
+@pytest.mark.slow
 def test_a_sample_whose_column_holds_no_value_takes_the_offline_types(taxi_runs, taxi_features,
                                                                        tmp_path):
   """A sampled JSON Lines log in which pickup_census_tract is null in every record: inferred,
@@ -262,6 +264,7 @@ def test_a_partial_production_side_counts_unseen_offline_keys_as_not_served():
   assert part.records["not_served"] == 0 and part.records["offline_only"] == unseen
 
 
+@pytest.mark.slow
 def test_ingest_records_partial_coverage(shapes, taxi_features, tmp_path):
   """A 10% sample of the serving log, ingested with its sampling rate and without the online
   store's aggregates: its windows are counted over the sample, so the records whose window
@@ -278,7 +281,8 @@ def test_ingest_records_partial_coverage(shapes, taxi_features, tmp_path):
   manifest = _manifest(data)
   assert manifest["coverage"] == {"kind": "partial", "sampling_rate": 0.1}
   assert manifest["rows"]["read"] == len(lines[::10])
-  prod = features(data, tmp_path / "f")
+  prod = features(data, tmp_path / "f", "--transform_fn_dir",  # serving's: not analysed
+                  os.path.join(taxi_features["direct"], "transform_fn"))
   off, pro = _feature_log(taxi_features["direct"]), _feature_log(prod)
   joined = off.join(pro, "key", right_suffix=".p")
   at_window = int(np.count_nonzero(
@@ -448,6 +452,7 @@ def three_shards(tmp_path_factory):
                 TAXI_SCHEMA)
 
 
+@pytest.mark.slow
 def test_another_ingest_shard_count_is_float_noise_named_at_analyze(taxi_runs, taxi_features,
                                                                     three_shards, tmp_path):
   """The same CSV ingested into 3 shards instead of 4: the content is identical, TFT's float
@@ -492,6 +497,7 @@ def test_another_ingest_shard_count_is_float_noise_named_at_analyze(taxi_runs, t
   assert report["first_divergent_stage"]["analyze"] == moved == report["records"]["divergent"]
 
 
+@pytest.mark.slow
 def test_one_analyzer_that_really_changed_leaves_the_noise_of_the_others_as_noise(
     taxi_features, three_shards, tmp_path):
   """Production ingests into 3 shards (every float analyzer moves by reduction-order noise)

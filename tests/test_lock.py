@@ -100,6 +100,7 @@ def _together(cmds):
   return out
 
 
+@pytest.mark.slow
 def test_two_ingests_into_one_folder_end_with_one_writer_and_a_whole_dataset(tmp_path):
   for attempt in range(3):
     out = str(tmp_path / f"out{attempt}")
@@ -133,6 +134,7 @@ print(len(records))
 '''
 
 
+@pytest.mark.slow
 def test_two_loggers_on_one_directory_one_is_refused_and_nothing_is_lost(taxi_features,
                                                                          tmp_path):
   """Two serving processes start a ProductionLogger on one directory at the same moment: one

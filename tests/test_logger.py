@@ -334,6 +334,7 @@ def test_a_crash_loses_at_most_the_open_batch(offline, taxi, tmp_path):
   assert len(set(keys)) == 250
 
 
+@pytest.mark.slow
 def test_a_crash_while_merging_leaves_a_log_that_resumes(offline, taxi, tmp_path):
   """close() stages every merged part, renames them, rewrites the metadata, deletes the old
   parts: a crash after any step leaves a log whose files agree with its metadata on resume."""

@@ -67,6 +67,7 @@ def _log(root):
       os.path.join(root, "feature_log", "*.parquet")))])
 
 
+@pytest.mark.slow
 def test_hashed_logs_join_and_agree(runs):
   n = len(runs["records"])
   r = runs["report"]

@@ -18,6 +18,8 @@ import pytest
 from pipelines import common
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 
 def _free_port():
   with socket.socket() as s:

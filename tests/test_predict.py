@@ -12,6 +12,8 @@ from tests import taxi_model
 from tests.conftest import features
 from transforms.spec.errors import UsageError
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 
 def _diff(offline, production, out, *flags):
   from replay.diff import job as diff
@@ -34,7 +36,10 @@ def model(taxi_runs, taxi_features, tmp_path_factory):
   m16 = taxi_model.save(weights, str(root / "m16"), fn_dir, dtype=tf.float16)
   threshold = taxi_model.threshold_near_median(off, m32)
   rule = f"threshold:{threshold!r}"
-  offm = features(ing, root / "offm", "--model_dir", m32, "--decision", rule)
+  # The predict stage's offline run transforms with the offline run's transform_fn (the one the
+  # model was trained on), as serving does: analysing the same records again gives the same.
+  offm = features(ing, root / "offm", "--transform_fn_dir", fn_dir, "--model_dir", m32,
+                  "--decision", rule)
   return {"root": root, "ingest": ing, "offline": off, "m32": m32, "m16": m16,
           "threshold": threshold, "rule": rule, "offm": offm}
 
@@ -69,7 +74,8 @@ def test_identical_sides_change_no_decision(model, tmp_path):
 
 def test_the_same_weights_in_float16_part_at_predict_with_exactly_the_flips_tf_computes(
     model, tmp_path):
-  prod = features(model["ingest"], tmp_path / "p16", "--model_dir", model["m16"],
+  prod = features(model["ingest"], tmp_path / "p16", "--transform_fn_dir",
+                  os.path.join(model["offline"], "transform_fn"), "--model_dir", model["m16"],
                   "--decision", model["rule"])
   want = taxi_model.expected_decisions(model["offm"], prod, model["m32"], model["threshold"],
                                        prod_model_dir=model["m16"])
@@ -180,7 +186,8 @@ def test_a_module_hook_predicts_as_the_saved_model_does(model, tmp_path):
       "  for n, size in IDS.items():\n"
       "    logit = logit + W[n].astype(np.float64)[np.clip(features[n], 0, size - 1)]\n"
       "  return 1.0 / (1.0 + np.exp(-logit))\n")
-  off = features(model["ingest"], tmp_path / "hooked", "--model_module", str(hook),
+  off = features(model["ingest"], tmp_path / "hooked", "--transform_fn_dir",
+                 os.path.join(model["offline"], "transform_fn"), "--model_module", str(hook),
                  "--decision", model["rule"])
   t = taxi_model.log_table(off)
   got = np.array(t.column("prediction").to_pylist())[:, 0]

@@ -9,6 +9,8 @@ from pipelines import common
 from replay import rerun
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 OFFLINE = os.path.join(ROOT, "profiles", "offline.yaml")
 TAXI_ROWS = 15002  # data lines of data/chicago_taxi/data.csv (tests/test_features.py)
 

@@ -83,6 +83,7 @@ def _diff(offline_dir, production_dir, out):
     return code, json.load(f)
 
 
+@pytest.mark.slow
 def test_served_values_and_logged_aggregates_as_offline_computed_them_diff_clean(
     offline, taxi_features, tmp_path):
   prod = _production(tmp_path, offline, lambda r: r["fare_z"], lambda r: r["count"])

@@ -12,6 +12,8 @@ import ipaddress
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 # What TensorFlow's native libraries print when they load (transforms/graph/quiet.py).
 _TF_START_UP = ("cuInit", "oneDNN custom operations", "cudart", "cuda_platform", "absl::")
 

@@ -66,6 +66,7 @@ def _changed_csv(tmp_path):
   return str(path)
 
 
+@pytest.mark.slow
 def test_replay_on_other_data_keeps_the_analyze_stage(taxi_features, tmp_path):
   a = taxi_features["direct"]
   changed = ingest(tmp_path / "ingest", "--num_shards", "4", "--schema", TAXI_SCHEMA,

@@ -25,6 +25,8 @@ from setuptools._distutils import core as distutils_core
 
 from tests.conftest import ROOT, TAXI_CSV, TAXI_SCHEMA
 
+pytestmark = pytest.mark.slow  # the end-to-end tier (pytest.ini)
+
 DOCKERFILE = os.path.join(ROOT, "manifests", "deploy", "dataflow", "Dockerfile")
 # Deploy files beside the schemas: not a package, never shipped.
 DEPLOY = os.path.join("manifests", "deploy")
