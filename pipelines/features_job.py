@@ -238,18 +238,20 @@ def build_pipeline(plan, options, temp_dir):
   if plan.event_in_module_form:  # the canonical event time in the form the module takes
     batches = batches | "EventTimeForm" >> beam.Map(
         in_module_form, plan.event).with_output_types(pa.RecordBatch)
+  def columns_read(label, columns):  # the shards again, these columns only, as `batches` are
+    read = p | f"Read{label}" >> _ShardsTFXIO(pattern, column_names=columns,
+                                              telemetry_descriptors=["skewtrace", "features"]
+                                              ).BeamSource()
+    if plan.retyped:
+      read = read | f"Retype{label}" >> beam.Map(_cast, casts).with_output_types(pa.RecordBatch)
+    if plan.event_in_module_form:
+      read = read | f"EventTimeForm{label}" >> beam.Map(
+          in_module_form, plan.event).with_output_types(pa.RecordBatch)
+    return read
   count_columns = sorted({event} | {c for a in plan.aggregates for c in window.input_columns(a)})
-  count_batches = p | "ReadWindowColumns" >> _ShardsTFXIO(
-      pattern, column_names=count_columns,
-      telemetry_descriptors=["skewtrace", "features"]).BeamSource()
-  if plan.retyped:
-    count_batches = count_batches | "RetypeWindowColumns" >> beam.Map(
-        _cast, casts).with_output_types(pa.RecordBatch)
-  if plan.event_in_module_form:
-    count_batches = count_batches | "EventTimeFormWindowColumns" >> beam.Map(
-        in_module_form, plan.event).with_output_types(pa.RecordBatch)
   side = plan.side or side_of(plan.manifest)
-  windowed = (batches, count_batches) | "Window" >> WindowRecords(
+  windowed = (batches, columns_read("WindowColumns", count_columns),
+              columns_read("EventTimes", [event])) | "Window" >> WindowRecords(
       event, plan.aggregates, prof, event_format=event_format, event_zone=event_zone,
       logged={agg: column for column, agg in side["aggregates"].items()})
   # The progress counts are leaves beside the chain, so that a copy of the chain (below) does

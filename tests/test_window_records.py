@@ -152,8 +152,8 @@ def test_composite_counts_across_batches_and_fingerprints_the_stage():
 
 @pytest.mark.parametrize("lateness", [None, 3600])
 def test_counts_from_a_projected_second_input_equal_counts_from_the_batches(lateness):
-  # pipelines.features feeds the counts (and the watermark) from a column-projected second
-  # read, so the full batches are not held back for the join; the output must not change.
+  # pipelines.features feeds the counts (and the watermark) from column-projected reads, so
+  # the full batches are not held back for the join; the output must not change.
   p_ = dataclasses.replace(BASE, allowed_lateness=lateness)
   aggregates = [{"name": "n", "group_by": "area", "fn": "count"}]
   whole = batch()
@@ -162,12 +162,14 @@ def test_counts_from_a_projected_second_input_equal_counts_from_the_batches(late
   def rows(b):
     return [(r["__key__"], r["n"], r[stages.WINDOW_FP]) for r in b.to_pylist()]
 
-  for name in ("single", "pair"):
+  for name in ("single", "pair", "triple"):
     with test_pipeline.TestPipeline() as p:
       batches = p | "Batches" >> beam.Create(parts)
-      if name == "pair":
+      if name in ("pair", "triple"):
         projected = p | "Projected" >> beam.Create([b.select(["t", "area"]) for b in parts[::-1]])
-        out = (batches, projected) | wr.WindowRecords("t", aggregates, p_)
+        times = p | "Times" >> beam.Create([whole.select(["t"])])  # the watermark's own read
+        inputs = (batches, projected) + ((times,) if name == "triple" else ())
+        out = inputs | wr.WindowRecords("t", aggregates, p_)
       else:
         out = batches | wr.WindowRecords("t", aggregates, p_)
       kept = out["kept"] | beam.FlatMap(rows)

@@ -98,7 +98,11 @@ class WindowRecords(beam.PTransform):
   hold the same records' event-time and aggregate input columns (a column-projected second read of
   the input). With the pair, the watermark and the aggregates come from count_batches, so
   the full batches stream through assign -> join (and on, fused with the stages after) without
-  being materialised to wait for the aggregates side inputs.
+  being materialised to wait for the aggregates side inputs. A triple (batches, count_batches,
+  time_batches) takes the watermark from time_batches (a third read holding the event-time
+  column): count_batches then feed the counts alone and stream through assign -> count after
+  the watermark, where a runner would otherwise hold every one of them (about 16 bytes a
+  record for the taxi module) from the watermark's pass until the counts' pass.
 
   aggregates: as spec/window.resolve gives them (each with its own "window", if any).
   event_format / event_zone: the feature module's declaration (spec/event_time.declaration).
@@ -116,9 +120,10 @@ class WindowRecords(beam.PTransform):
     self._logged = dict(logged or {})
 
   def expand(self, pcolls):
-    batches, count_batches = pcolls if isinstance(pcolls, tuple) else (pcolls, None)
+    batches, count_batches, time_batches = (tuple(pcolls) + (None, None))[:3] if isinstance(
+        pcolls, tuple) else (pcolls, None, None)
     check_aggregates(self._aggregates)
-    timing = batches if count_batches is None else count_batches
+    timing = time_batches or count_batches or batches
     if self._profile.allowed_lateness is None:  # no record can be late: no watermark needed
       watermark = None
     else:
