@@ -87,6 +87,7 @@ def test_hashed_logs_join_and_agree(runs):
                                      "hash": "hmac-sha256"}
 
 
+@pytest.mark.slow
 def test_no_clear_key_in_any_output(runs):
   roots = [runs["offline"], runs["production"], str(runs["dir"] / "diff")]
   files = [p for root in roots for p in glob.glob(os.path.join(root, "**", "*"), recursive=True)
@@ -105,6 +106,7 @@ def test_no_clear_key_in_any_output(runs):
                          if v), (p, name)
 
 
+@pytest.mark.slow
 def test_pii_without_its_key_is_refused_before_anything_is_written(runs, tmp_path, monkeypatch):
   from pipelines import features as features_job
   from pipelines import common
@@ -118,6 +120,7 @@ def test_pii_without_its_key_is_refused_before_anything_is_written(runs, tmp_pat
   assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_pii_column_that_is_no_feature_is_refused_before_the_pipeline_runs(runs, tmp_path,
                                                                              monkeypatch):
   import apache_beam as beam
